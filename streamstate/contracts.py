@@ -1,0 +1,308 @@
+"""One typed definition per record kind on the wire, shared by producers, jobs and API.
+
+Every record is a JSON object; every record carries an event time ``ts`` in epoch
+milliseconds (UTC). The two input kinds (:class:`UserEvent`, :class:`Metric`) are
+other teams' contracts (see README "Wire contracts") and are validated strictly:
+no type coercion, unknown extra fields ignored. The Spark schema of any model is
+derived from the model itself by :func:`spark_schema`, never written twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+
+EVENT_TYPES = ("login", "page_view", "click", "purchase", "logout")
+EventType = Literal["login", "page_view", "click", "purchase", "logout"]
+
+# Event time bounds: negative times and times past year 9999 cannot be real events.
+MAX_TS = 253_402_300_799_999
+EpochMillis = Annotated[StrictInt, Field(ge=0, le=MAX_TS)]
+# JSON numbers: an integer literal is a number too; NaN/Infinity are refused.
+Number = Annotated[Union[StrictInt, StrictFloat], Field(allow_inf_nan=False)]
+
+
+class ContractError(ValueError):
+    """A record that breaks its contract; ``reason`` is the one-line, precise cause."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json().encode()
+
+
+# --------------------------------------------------------------------------- inputs
+class UserEvent(_Input):
+    """A user's action; topic ``user-events``, key = ``user_id``."""
+
+    event_id: StrictStr = Field(min_length=1, description="Unique per event; a re-sent event keeps its id.")
+    user_id: StrictStr = Field(min_length=1, description="The user; equals the record key.")
+    type: EventType = Field(description="What the user did.")
+    ts: EpochMillis = Field(description="Event time, epoch milliseconds UTC.")
+    page: StrictStr | None = Field(None, description="Page or screen.")
+    amount: Number | None = Field(None, description="Purchase amount.")
+
+
+class Metric(_Input):
+    """One point of a metric series; topic ``metrics``, key = ``series_id``."""
+
+    series_id: StrictStr = Field(min_length=1)
+    ts: EpochMillis
+    value: Number
+
+
+# --------------------------------------------------------------------------- outputs
+class Alert(_Record):
+    """Topic ``alerts``, key = ``alert_id``. The id is derived from (kind, entity, ts)."""
+
+    alert_id: str
+    kind: str = Field(description="bot_burst, purchase_without_view, long_session, anomaly.")
+    entity: str = Field(description="The user id or series id the alert is about.")
+    ts: int = Field(description="Event time of the record that raised the alert.")
+    message: str
+    details: dict[str, float] = Field(default_factory=dict)
+
+    @staticmethod
+    def make_id(kind: str, entity: str, ts: int) -> str:
+        return hashlib.sha256(f"{kind}\x1f{entity}\x1f{ts}".encode()).hexdigest()[:24]
+
+    @classmethod
+    def build(cls, kind: str, entity: str, ts: int, message: str, **details: float) -> "Alert":
+        return cls(
+            alert_id=cls.make_id(kind, entity, ts),
+            kind=kind,
+            entity=entity,
+            ts=ts,
+            message=message,
+            details={k: float(v) for k, v in details.items()},
+        )
+
+
+class ClosedSession(_Record):
+    """Topic ``sessions``, key = ``user_id``: a finished session."""
+
+    session_id: str = Field(description="user_id:start, stable across replays.")
+    user_id: str
+    start: int
+    end: int
+    duration_ms: int
+    events: int
+    page_views: int
+    clicks: int
+    purchases: int
+    purchase_total: float
+    ended_by: Literal["logout", "timeout"]
+    ts: int = Field(description="Event time: the session's end.")
+
+
+class OpenSession(_Record):
+    start: int
+    last_activity: int
+    events: int
+    page_views: int
+    clicks: int
+    purchases: int
+    purchase_total: float
+    current_activity: str = Field(description="Type of the latest event.")
+    activity_start: int = Field(description="Start of the current run of the same activity (seed 002).")
+
+
+class ActivitySpan(_Record):
+    first: int
+    last: int
+
+
+class Behaviour(_Record):
+    total_sessions: int = Field(description="Closed sessions.")
+    total_page_views: int
+    total_events: int
+    total_session_ms: int
+    avg_session_ms: float
+
+
+class SessionSnapshot(_Record):
+    """Topic ``session-state``, key = ``user_id``; a null value is a tombstone."""
+
+    user_id: str
+    ts: int = Field(description="Event time of the user's latest event.")
+    open_session: OpenSession | None
+    behaviour: Behaviour
+    activities: dict[str, ActivitySpan] = Field(description="First and last time of each event type.")
+
+
+class LastAnomaly(_Record):
+    ts: int
+    value: float
+    z: float
+
+
+class MetricSnapshot(_Record):
+    """Topic ``metric-state``, key = ``series_id``; a null value is a tombstone."""
+
+    series_id: str
+    ts: int = Field(description="Event time of the latest value.")
+    window_size: int
+    window_count: int
+    mean: float
+    std: float
+    last_value: float
+    last_z: float | None
+    count: int
+    sum: float
+    min: float
+    max: float
+    avg: float
+    last_anomaly: LastAnomaly | None
+
+
+class DeadLetter(_Record):
+    """Topic ``dead-letters``: a record that could not be processed, with its coordinates."""
+
+    reason: str
+    stage: Literal["contract", "state"] = Field(description="Failed validation, or failed in a state function.")
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    key: str | None = Field(description="UTF-8 text, or 'base64:<...>' for other bytes.")
+    value: str | None = Field(description="UTF-8 text, or 'base64:<...>' for other bytes.")
+    ts: int = Field(description="The source record's Kafka timestamp.")
+
+
+# --------------------------------------------------------------------------- validation
+def _describe(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, (bytes, bytearray)) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def explain(error: ValidationError) -> str:
+    """The first problem of a validation error as one precise line."""
+    first = error.errors(include_url=False)[0]
+    loc = [str(p) for p in first["loc"]]
+    got = _describe(first.get("input"))
+    if first["type"] == "json_invalid":
+        return f"not valid JSON: {first['ctx']['error'] if 'ctx' in first else first['msg']}"
+    if first["type"] == "model_type" or not loc:
+        return f"expected a JSON object, got {got}"
+    if loc[-1] in ("int", "float"):  # a branch of the Number union
+        return f"field '{'.'.join(loc[:-1])}': expected a finite number, got {got}"
+    where = ".".join(loc)
+    if first["type"] == "missing":
+        return f"missing required field '{where}'"
+    return f"field '{where}': {first['msg'][0].lower()}{first['msg'][1:]}, got {got}"
+
+
+def decode_utf8(data: bytes | None, what: str) -> str | None:
+    if data is None:
+        return None
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{what} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at position {exc.start})") from None
+
+
+_KEY_FIELD = {UserEvent: "user_id", Metric: "series_id"}
+
+
+def parse_input(model: type[UserEvent] | type[Metric], key: bytes | None, value: bytes | None):
+    """Validate one Kafka record against an input contract, or raise :class:`ContractError`."""
+    if value is None:
+        raise ContractError("value is null")
+    text = decode_utf8(value, "value")
+    key_text = decode_utf8(key, "key")
+    try:
+        record = model.model_validate_json(text)
+    except ValidationError as exc:
+        raise ContractError(explain(exc)) from None
+    key_field = _KEY_FIELD[model]
+    if key_text is not None and key_text != getattr(record, key_field):
+        raise ContractError(f"key {_describe(key_text)} does not match {key_field} {_describe(getattr(record, key_field))}")
+    return record
+
+
+def printable(data: bytes | None) -> str | None:
+    """Raw bytes for a dead letter: text when it is UTF-8, else base64."""
+    import base64
+
+    if data is None:
+        return None
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(bytes(data)).decode()
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# --------------------------------------------------------------------------- Spark schema
+def spark_type(annotation: Any):
+    """The Spark SQL type of a model field annotation."""
+    from pyspark.sql import types as T
+
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Annotated:
+        return spark_type(args[0])
+    if origin in (Union, types.UnionType):
+        non_null = [a for a in args if a is not type(None)]
+        if all(_base(a) in (int, float) for a in non_null) and float in {_base(a) for a in non_null}:
+            return T.DoubleType()
+        return spark_type(non_null[0])
+    if origin is Literal:
+        return spark_type(type(args[0]))
+    if origin is dict:
+        return T.MapType(spark_type(args[0]), spark_type(args[1]), True)
+    if origin is list:
+        return T.ArrayType(spark_type(args[0]), True)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return spark_schema(annotation)
+    base = _base(annotation)
+    simple = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
+    if base in simple:
+        return simple[base]
+    raise TypeError(f"no Spark type for {annotation!r}")
+
+
+def _base(annotation: Any) -> Any:
+    if typing.get_origin(annotation) is Annotated:
+        return _base(typing.get_args(annotation)[0])
+    for base in (bool, int, float, str):
+        if isinstance(annotation, type) and issubclass(annotation, base):
+            return base
+    return annotation
+
+
+def _nullable(annotation: Any, required: bool) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _nullable(typing.get_args(annotation)[0], required)
+    return not required or (origin in (Union, types.UnionType) and type(None) in typing.get_args(annotation))
+
+
+def spark_schema(model: type[BaseModel]):
+    """The Spark StructType of a model, derived from its field annotations."""
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField(name, spark_type(field.annotation), _nullable(field.annotation, field.is_required()))
+            for name, field in model.model_fields.items()
+        ]
+    )

@@ -1,0 +1,99 @@
+"""The one typed settings object. Every field can be overridden by an environment
+variable named ``STREAMSTATE_<FIELD>`` (upper case), or from a ``.env`` file.
+
+The README's "Configuration" table is generated from this class
+(``streamstate config --markdown``), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STREAMSTATE_", env_file=".env", extra="ignore")
+
+    # --- Kafka -----------------------------------------------------------------
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    topics_file: Path = Field(
+        REPO_ROOT / "infra" / "kafka" / "topics.toml", description="Topic definition file."
+    )
+    partitions: int | None = Field(
+        None, ge=1, description="Override the partition count of every topic in the topic file."
+    )
+    topic_user_events: str = "user-events"
+    topic_metrics: str = "metrics"
+    topic_alerts: str = "alerts"
+    topic_sessions: str = "sessions"
+    topic_session_state: str = "session-state"
+    topic_metric_state: str = "metric-state"
+    topic_dead_letters: str = "dead-letters"
+    topic_event_counts: str = "event-counts"
+
+    # --- Spark -----------------------------------------------------------------
+    spark_master: str = Field("local[2]", description="Spark master URL (local[N], spark://, k8s://).")
+    shuffle_partitions: int = Field(
+        4, ge=1, description="State partitions; fixed per checkpoint once a query has run."
+    )
+    kafka_source: Literal["auto", "builtin", "python"] = Field(
+        "auto", description="Kafka source/sink: Spark's built-in connector, the Python data source, or auto."
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="Upper bound on records read per micro-batch (all partitions)."
+    )
+    trigger_interval: str = Field("2 seconds", description="Micro-batch trigger interval.")
+    checkpoint_root: str = Field(
+        str(REPO_ROOT / "var" / "checkpoints"),
+        description="Checkpoint root; a local path or s3a://bucket/prefix.",
+    )
+    state_store: Literal["rocksdb", "hdfs"] = Field("rocksdb", description="State store provider.")
+
+    # --- Sessions job ----------------------------------------------------------
+    session_gap_ms: int = Field(30 * 60 * 1000, ge=1, description="Inactivity gap closing a session.")
+    watermark_delay_ms: int = Field(
+        5 * 60 * 1000, ge=0, description="Allowed lateness of events (event-time watermark delay)."
+    )
+    burst_page_views: int = Field(
+        50, ge=1, description="Page views within burst_window_ms that raise a bot_burst alert."
+    )
+    burst_window_ms: int = Field(60 * 1000, ge=1, description="Window of the bot_burst rule.")
+    long_session_ms: int = Field(
+        4 * 60 * 60 * 1000, ge=1, description="A session longer than this raises long_session."
+    )
+    event_count_window: str = Field("5 minutes", description="Sliding window of the event-count output.")
+    event_count_slide: str = Field("1 minute", description="Slide of the event-count output.")
+
+    # --- Anomalies job ---------------------------------------------------------
+    anomaly_window: int = Field(100, ge=2, description="Values in each series' rolling window.")
+    anomaly_threshold: float = Field(3.0, gt=0, description="|z| above this is an anomaly.")
+    anomaly_min_count: int = Field(
+        10, ge=1, description="Learning period: the window must hold more than this many values."
+    )
+    series_idle_timeout_ms: int = Field(
+        24 * 60 * 60 * 1000, ge=1, description="A series with no value for this long (event time) expires."
+    )
+
+    # --- API -------------------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8000, ge=0, le=65535)
+    api_max_alerts: int = Field(100_000, ge=1, description="Alerts kept in the API's memory.")
+
+    # --- Metrics ---------------------------------------------------------------
+    sessions_metrics_port: int = Field(9101, ge=0, le=65535, description="Sessions job /metrics port.")
+    anomalies_metrics_port: int = Field(9102, ge=0, le=65535, description="Anomalies job /metrics port.")
+    prometheus_port: int = Field(9090, ge=0, le=65535, description="Embedded Prometheus port.")
+
+    def checkpoint(self, job: str) -> str:
+        return f"{self.checkpoint_root.rstrip('/')}/{job}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,88 @@
+"""Topic definitions (infra/kafka/topics.toml) and their creation on a broker."""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamstate.settings import Settings
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def load_topics(path: Path, partitions: int | None = None) -> list[TopicSpec]:
+    """Read the topic file; ``partitions`` overrides every topic's own count."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read topic definitions from {path}: {exc}") from None
+    return [
+        TopicSpec(name, int(partitions or spec.get("partitions", 1)), {k: str(v) for k, v in spec.get("config", {}).items()})
+        for name, spec in data.get("topics", {}).items()
+    ]
+
+
+def admin(bootstrap_servers: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 5000})
+
+
+def wait_for_broker(bootstrap_servers: str, timeout_s: float = 30.0) -> None:
+    """Block until the broker answers a metadata request."""
+    client = admin(bootstrap_servers)
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            client.list_topics(timeout=2)
+            return
+        except KafkaException as exc:
+            last = exc
+            time.sleep(0.1)
+    raise TimeoutError(f"Kafka broker at {bootstrap_servers} did not answer within {timeout_s:.0f}s: {last}")
+
+
+def existing_topics(bootstrap_servers: str, timeout_s: float = 10.0) -> dict[str, int]:
+    """Topic name -> partition count, as the broker reports it."""
+    metadata = admin(bootstrap_servers).list_topics(timeout=timeout_s)
+    return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
+
+
+def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created."""
+    client = admin(bootstrap_servers)
+    present = existing_topics(bootstrap_servers)
+    missing = [s for s in specs if s.name not in present]
+    if not missing:
+        return []
+    futures = client.create_topics(
+        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config) for s in missing],
+        request_timeout=timeout_s,
+    )
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    # Metadata can lag the create: wait until every partition is visible.
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        present = existing_topics(bootstrap_servers)
+        if all(present.get(s.name) == s.partitions for s in missing):
+            break
+        time.sleep(0.1)
+    return [s.name for s in missing]
+
+
+def ensure_topics(settings: Settings) -> list[str]:
+    return create_topics(settings.bootstrap_servers, load_topics(settings.topics_file, settings.partitions))

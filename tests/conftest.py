@@ -1,0 +1,73 @@
+"""Shared fixtures: one embedded broker and one SparkSession for the whole test session."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streamstate.settings import Settings
+from streamstate.stack import EmbeddedStack, pid_alive
+from streamstate.topics import TopicSpec, create_topics
+
+_started_pids: list[int] = []
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> EmbeddedStack:
+    """The embedded stack with its broker running and the pipeline topics created."""
+    workdir = tmp_path_factory.mktemp("stack")
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
+    embedded = EmbeddedStack(settings=settings, workdir=workdir, quiet=True)
+    embedded.start_broker()
+    yield embedded
+    _started_pids.extend(embedded.pids())
+    embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(stack) -> str:
+    return stack.settings.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def settings(stack) -> Settings:
+    return stack.settings
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def new_topic(bootstrap):
+    """Factory for a fresh, uniquely named topic: new_topic(partitions=4) -> name."""
+
+    def make(partitions: int = 1, prefix: str = "t", config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+        create_topics(bootstrap, [TopicSpec(name, partitions, config or {})])
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark(stack, tmp_path_factory):
+    """One SparkSession (local[2], RocksDB state store) for every Spark test."""
+    from streamstate.jobs.spark import build_spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = build_spark(stack.settings, app_name="streamstate-tests", spark__ui__enabled="false")
+    yield session
+    session.stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The launcher must leave no process behind: checked by PID after the session."""
+    leftovers = [pid for pid in _started_pids if pid_alive(pid)]
+    if leftovers:
+        print(f"\nERROR: processes left running after the test session: {leftovers}", file=sys.stderr)
+        session.exitstatus = 1
