@@ -76,21 +76,23 @@ class Alert(_Record):
     entity: str = Field(description="The user id or series id the alert is about.")
     ts: int = Field(description="Event time of the record that raised the alert.")
     message: str
-    details: dict[str, float] = Field(default_factory=dict)
+    details: dict[str, float | None] = Field(
+        default_factory=dict, description="Figures behind the alert; null where undefined (z when std is 0)."
+    )
 
     @staticmethod
     def make_id(kind: str, entity: str, ts: int) -> str:
         return hashlib.sha256(f"{kind}\x1f{entity}\x1f{ts}".encode()).hexdigest()[:24]
 
     @classmethod
-    def build(cls, kind: str, entity: str, ts: int, message: str, **details: float) -> "Alert":
+    def build(cls, kind: str, entity: str, ts: int, message: str, **details: float | None) -> "Alert":
         return cls(
             alert_id=cls.make_id(kind, entity, ts),
             kind=kind,
             entity=entity,
             ts=ts,
             message=message,
-            details={k: float(v) for k, v in details.items()},
+            details={k: None if v is None else float(v) for k, v in details.items()},
         )
 
 
