@@ -84,6 +84,16 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=0, le=65535)
     api_max_alerts: int = Field(100_000, ge=1, description="Alerts kept in the API's memory.")
+    api_sse_keepalive_s: float = Field(
+        15.0, gt=0, description="Seconds between keep-alive comments on the API's alert event stream."
+    )
+    api_end_probe_s: float = Field(
+        1.0,
+        gt=0,
+        description="How long the API reads past the broker's reported end offsets at start to find the true ends "
+        "(the embedded broker under-reports its high watermark).",
+    )
+    api_retry_s: float = Field(2.0, gt=0, description="Pause between the API's attempts to reach Kafka.")
 
     # --- Metrics ---------------------------------------------------------------
     sessions_metrics_port: int = Field(9101, ge=0, le=65535, description="Sessions job /metrics port.")
