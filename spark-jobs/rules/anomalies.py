@@ -1,0 +1,134 @@
+"""Per-series rolling window and z-score test: pure Python, no Spark.
+
+The rule (ARCHITECTURE.md, seed 000's mapWithState example): per series a window of the
+last N values including the new one; mean and population standard deviation over that
+window; once it holds more than ``min_count`` values, the value is an anomaly when
+|value - mean| / std > threshold (with std = 0: when value != mean).
+
+Mean and variance are kept incrementally, without re-scanning the window, and *exactly*:
+every finite double is an integer multiple of 2**-1074, so the window's sum and sum of
+squares are kept as Python integers in those units. Adding and evicting a value is two
+integer additions, nothing drifts over millions of updates, and std is exactly 0 when the
+window is constant (a floating running sum would leave a residue and raise false alarms).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from streamstate.contracts import Alert, LastAnomaly, MetricSnapshot
+
+_SCALE_BITS = 1074  # 2**-1074 is the smallest positive double
+
+
+def _units(value: float) -> int:
+    """value * 2**1074 as an exact integer."""
+    num, den = float(value).as_integer_ratio()
+    return num << (_SCALE_BITS - den.bit_length() + 1)
+
+
+@dataclass(frozen=True)
+class AnomalyRule:
+    window: int = 100
+    threshold: float = 3.0
+    min_count: int = 10
+
+
+def new_state() -> dict[str, Any]:
+    return {
+        "window": [],  # the last N values, oldest first
+        "s1": 0,  # sum of the window in units of 2**-1074
+        "s2": 0,  # sum of squares in units of 2**-2148
+        "count": 0,
+        "sum": 0.0,
+        "min": None,
+        "max": None,
+        "ts": None,
+        "last_value": None,
+        "last_z": None,
+        "last_anomaly": None,
+    }
+
+
+def window_stats(state: dict[str, Any]) -> tuple[float, float]:
+    """(mean, population std) of the window, each correctly rounded from the exact sums."""
+    n = len(state["window"])
+    if n == 0:
+        return 0.0, 0.0
+    s1, s2 = state["s1"], state["s2"]
+    mean = s1 / (n << _SCALE_BITS)
+    # n^2 * var = n*s2 - s1^2, exactly, in units of 2**-2148
+    numerator = n * s2 - s1 * s1
+    variance = numerator / ((n * n) << (2 * _SCALE_BITS)) if numerator else 0.0
+    return mean, math.sqrt(variance)
+
+
+def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: AnomalyRule) -> Alert | None:
+    """Fold one value into the series' state (in place); return an anomaly alert or None."""
+    value = float(value)
+    units = _units(value)
+    window = state["window"]
+    window.append(value)
+    state["s1"] += units
+    state["s2"] += units * units
+    if len(window) > rule.window:
+        evicted = _units(window.pop(0))
+        state["s1"] -= evicted
+        state["s2"] -= evicted * evicted
+
+    state["count"] += 1
+    state["sum"] += value
+    state["min"] = value if state["min"] is None else min(state["min"], value)
+    state["max"] = value if state["max"] is None else max(state["max"], value)
+    state["ts"] = ts if state["ts"] is None else max(state["ts"], ts)
+    state["last_value"] = value
+
+    if len(window) <= rule.min_count:
+        state["last_z"] = None
+        return None
+    mean, std = window_stats(state)
+    if std == 0.0:
+        z = None
+        anomalous = value != mean
+    else:
+        z = abs(value - mean) / std
+        anomalous = z > rule.threshold
+    state["last_z"] = z
+    if not anomalous:
+        return None
+    state["last_anomaly"] = {"ts": ts, "value": value, "z": z}
+    z_text = "inf (window is constant)" if z is None else f"{z:.2f}"
+    return Alert.build(
+        "anomaly",
+        series_id,
+        ts,
+        f"{series_id}: value {value:g} is {z_text} standard deviations from the window mean {mean:g}",
+        value=value,
+        mean=mean,
+        std=std,
+        z=z,
+        window_size=len(window),
+    )
+
+
+def snapshot(series_id: str, state: dict[str, Any], rule: AnomalyRule) -> MetricSnapshot:
+    mean, std = window_stats(state)
+    last = state["last_anomaly"]
+    return MetricSnapshot(
+        series_id=series_id,
+        ts=state["ts"],
+        window_size=rule.window,
+        window_count=len(state["window"]),
+        mean=mean,
+        std=std,
+        last_value=state["last_value"],
+        last_z=state["last_z"],
+        count=state["count"],
+        sum=state["sum"],
+        min=state["min"],
+        max=state["max"],
+        avg=state["sum"] / state["count"],
+        last_anomaly=None if last is None else LastAnomaly(**last),
+    )
