@@ -1,0 +1,323 @@
+"""Prometheus metrics of a Spark job, exported from the driver.
+
+Design choice: ``prometheus_client`` fed by a :class:`StreamingQueryListener`, not
+Spark's own ``PrometheusServlet``.
+
+- The servlet names streaming metrics after the application id and the query name
+  (``metrics_<app-id>_driver_spark_streaming_<query>_inputRate_total``), so every
+  restart creates new series and a dashboard cannot name them; it also lives on the
+  Spark UI port, which the jobs disable in tests and which moves when 4040 is taken.
+- The servlet knows nothing of the domain: alerts by kind, dead letters, open and
+  closed sessions are counted by the job's own code, and they must sit next to the
+  progress numbers under one scrape target with one ``job`` label.
+- A listener sees every micro-batch's ``StreamingQueryProgress`` (rates, batch
+  duration, state rows and memory, watermark, source offsets) on the driver, which is
+  exactly what the dashboards need, at the cost of a few attribute reads per batch.
+
+Spark's servlet stays available for JVM internals (executor memory, GC) by setting
+``spark.ui.prometheus.enabled`` and ``spark.metrics.conf.*`` in a job's Spark conf; no
+dashboard depends on it.
+
+Every metric carries the job's name in the ``job`` label, so Prometheus must scrape the
+jobs with ``honor_labels: true`` (the configs in ``infra/prometheus`` do).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics import MetricWrapperBase
+
+log = logging.getLogger(__name__)
+
+# Known label values are created up front so their series exist (at 0) from the first
+# scrape: a rate() over a series that appears only at its first increment loses it.
+ALERT_KINDS_BY_JOB: dict[str, tuple[str, ...]] = {
+    "sessions": ("bot_burst", "purchase_without_view", "long_session"),
+    "anomalies": ("anomaly",),
+}
+SESSION_END_REASONS = ("logout", "inactivity")
+
+# Micro-batches here take from tens of milliseconds (empty) to minutes (a backlog).
+BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+_EPOCH = datetime(1970, 1, 1).astimezone()
+
+
+@dataclass(frozen=True)
+class ProgressSample:
+    """The numbers of one micro-batch that the metrics export."""
+
+    query: str
+    batch_id: int
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    batch_duration_seconds: float
+    state_rows: int
+    state_memory_bytes: int
+    watermark_delay_seconds: float | None
+    source_lag: dict[str, int] = field(default_factory=dict)
+
+
+def _parse_instant(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _offsets_by_topic(offsets: Any) -> dict[str, dict[str, int]] | None:
+    """Kafka-shaped offsets ``{"topic": {"0": 42}}``, or None for any other source."""
+    if isinstance(offsets, str):
+        try:
+            offsets = json.loads(offsets)
+        except ValueError:
+            # Progress rebuilt from JSON (Spark Connect) holds str(dict), not JSON.
+            try:
+                offsets = ast.literal_eval(offsets)
+            except (ValueError, SyntaxError):
+                return None
+    if not isinstance(offsets, Mapping):
+        return None
+    parsed: dict[str, dict[str, int]] = {}
+    for topic, partitions in offsets.items():
+        if not isinstance(partitions, Mapping):
+            return None
+        try:
+            parsed[str(topic)] = {str(p): int(o) for p, o in partitions.items()}
+        except (TypeError, ValueError):
+            return None
+    return parsed
+
+
+def source_lag(sources: list[Mapping[str, Any]]) -> dict[str, int]:
+    """Records each topic's latest offset is ahead of what the batch read, per topic.
+
+    Only sources whose offsets look like Kafka's (topic -> partition -> offset) count.
+    A broker that under-reports its end (see ENVIRONMENT.md) can make latest < end;
+    that is no lag, so each partition is clamped at zero.
+    """
+    lag: dict[str, int] = {}
+    for source in sources:
+        end = _offsets_by_topic(source.get("endOffset"))
+        latest = _offsets_by_topic(source.get("latestOffset"))
+        if end is None or latest is None:
+            continue
+        for topic, partitions in latest.items():
+            read = end.get(topic, {})
+            behind = sum(max(0, offset - read.get(p, 0)) for p, offset in partitions.items())
+            lag[topic] = lag.get(topic, 0) + behind
+    return lag
+
+
+def progress_sample(progress: Mapping[str, Any]) -> ProgressSample:
+    """Reduce a ``StreamingQueryProgress`` (or its JSON as a dict) to what is exported."""
+    operators = progress.get("stateOperators") or []
+    event_time = progress.get("eventTime") or {}
+    watermark = _parse_instant(event_time.get("watermark"))
+    now = _parse_instant(progress.get("timestamp"))
+    # Before the first batch with data the watermark is the epoch: no delay to report yet.
+    delay = None
+    if watermark is not None and now is not None and watermark > _EPOCH:
+        delay = max(0.0, (now - watermark).total_seconds())
+    return ProgressSample(
+        query=progress.get("name") or str(progress.get("id") or "unnamed"),
+        batch_id=int(progress.get("batchId") or 0),
+        input_rows=int(progress.get("numInputRows") or 0),
+        input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
+        processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+        batch_duration_seconds=float(progress.get("batchDuration") or 0) / 1000.0,
+        state_rows=sum(int(op.get("numRowsTotal") or 0) for op in operators),
+        state_memory_bytes=sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
+        watermark_delay_seconds=delay,
+        source_lag=source_lag(progress.get("sources") or []),
+    )
+
+
+class _JobLabelled:
+    """A labelled metric with the ``job`` label already bound: ``.labels(kind=...)``."""
+
+    def __init__(self, metric: MetricWrapperBase, job: str):
+        self._metric = metric
+        self._job = job
+
+    def labels(self, **labels: str) -> Any:
+        return self._metric.labels(job=self._job, **labels)
+
+
+def _listener_base() -> type:
+    # Imported lazily so metrics can be created (and unit-tested) without a JVM.
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    return StreamingQueryListener
+
+
+class JobMetrics:
+    """The Prometheus metrics of one Spark job, served from the driver.
+
+    ``JobMetrics(job="sessions", port=9101)`` starts an HTTP server on ``0.0.0.0:port``
+    (``port=0``: no server, e.g. in tests that read :attr:`registry` directly).
+    Call :meth:`attach` with the SparkSession before starting the queries.
+    """
+
+    def __init__(self, job: str, port: int = 0, registry: CollectorRegistry | None = None):
+        self.job = job
+        self.registry = registry or CollectorRegistry()
+        self._lock = threading.Lock()
+        self._query_names: dict[str, str] = {}
+        self._lag_topics: set[str] = set()
+        r = self.registry
+
+        # -- fed by the listener ----------------------------------------------------------
+        self._input_rate = Gauge(
+            "streamstate_job_input_rows_per_second", "Rows/s arriving at the sources (last batch).",
+            ["job", "query"], registry=r)
+        self._processed_rate = Gauge(
+            "streamstate_job_processed_rows_per_second", "Rows/s processed (last batch).",
+            ["job", "query"], registry=r)
+        self._batch_duration = Histogram(
+            "streamstate_job_batch_duration_seconds", "Wall time of each micro-batch.",
+            ["job", "query"], buckets=BATCH_DURATION_BUCKETS, registry=r)
+        self._input_rows = Counter(
+            "streamstate_job_input_rows", "Rows read from the sources.", ["job", "query"], registry=r)
+        self._batches = Counter(
+            "streamstate_job_batches", "Micro-batches completed.", ["job", "query"], registry=r)
+        self._state_rows = Gauge(
+            "streamstate_job_state_rows", "Rows held in the state stores (all operators).",
+            ["job", "query"], registry=r)
+        self._state_memory = Gauge(
+            "streamstate_job_state_memory_bytes", "Memory used by the state stores (all operators).",
+            ["job", "query"], registry=r)
+        self._watermark_delay = Gauge(
+            "streamstate_job_watermark_delay_seconds",
+            "Batch time minus the event-time watermark: how far event time trails the clock.",
+            ["job", "query"], registry=r)
+        self._last_batch = Gauge(
+            "streamstate_job_last_batch_id", "Id of the last completed micro-batch.",
+            ["job", "query"], registry=r)
+        self._source_lag = Gauge(
+            "streamstate_job_source_lag_records",
+            "Records on the input topics beyond the last batch's end offsets.",
+            ["job", "topic"], registry=r)
+        self._up = Gauge(
+            "streamstate_job_up", "1 while at least one streaming query of the job runs.", ["job"], registry=r)
+
+        # -- fed by the job's code -------------------------------------------------------
+        dead_letters = Counter(
+            "streamstate_job_dead_letters", "Bad input records sent to the dead-letter topic.",
+            ["job"], registry=r)
+        alerts = Counter("streamstate_job_alerts", "Alerts emitted.", ["job", "kind"], registry=r)
+        records_out = Counter(
+            "streamstate_job_records_out", "Records written to output topics.", ["job", "topic"], registry=r)
+        self.dead_letters = dead_letters.labels(job=job)
+        self.alerts = _JobLabelled(alerts, job)
+        self.records_out = _JobLabelled(records_out, job)
+        self.sessions_closed = Counter(
+            "streamstate_sessions_closed", "Sessions closed, by what ended them.", ["ended_by"], registry=r)
+        self.sessions_open = Gauge("streamstate_sessions_open", "Sessions open now.", registry=r)
+        self.events_by_type = Gauge(
+            "streamstate_events_in_window", "Events per type in the latest sliding window.",
+            ["type"], registry=r)
+
+        for kind in ALERT_KINDS_BY_JOB.get(job, ()):
+            self.alerts.labels(kind=kind)
+        if job == "sessions":
+            for reason in SESSION_END_REASONS:
+                self.sessions_closed.labels(ended_by=reason)
+        self._up.labels(job=job).set(0)
+
+        self.port = port
+        self._server = None
+        if port:
+            self._server, _thread = start_http_server(port, addr="0.0.0.0", registry=self.registry)
+
+    # -- listener side ------------------------------------------------------------------
+    def record_progress(self, progress: Mapping[str, Any]) -> None:
+        """Apply one micro-batch's progress to the gauges, counters and histogram."""
+        sample = progress_sample(progress)
+        labels = {"job": self.job, "query": sample.query}
+        self._input_rate.labels(**labels).set(sample.input_rows_per_second)
+        self._processed_rate.labels(**labels).set(sample.processed_rows_per_second)
+        self._batch_duration.labels(**labels).observe(sample.batch_duration_seconds)
+        self._input_rows.labels(**labels).inc(sample.input_rows)
+        self._batches.labels(**labels).inc()
+        self._state_rows.labels(**labels).set(sample.state_rows)
+        self._state_memory.labels(**labels).set(sample.state_memory_bytes)
+        self._last_batch.labels(**labels).set(sample.batch_id)
+        if sample.watermark_delay_seconds is not None:
+            self._watermark_delay.labels(**labels).set(sample.watermark_delay_seconds)
+        for topic, lag in sample.source_lag.items():
+            self._source_lag.labels(job=self.job, topic=topic).set(lag)
+
+    def record_idle(self, query_id: str) -> None:
+        """No new data: the rates are zero, whatever the last batch said."""
+        query = self._query_names.get(query_id, query_id)
+        self._input_rate.labels(job=self.job, query=query).set(0)
+        self._processed_rate.labels(job=self.job, query=query).set(0)
+
+    def query_started(self, query_id: str, name: str | None = None) -> None:
+        with self._lock:
+            self._query_names[query_id] = name or query_id
+            self._up.labels(job=self.job).set(1)
+
+    def query_terminated(self, query_id: str) -> None:
+        with self._lock:
+            self._query_names.pop(query_id, None)
+            self._up.labels(job=self.job).set(1 if self._query_names else 0)
+
+    def attach(self, spark: Any) -> Any:
+        """Register a listener on ``spark`` that feeds these metrics; returns it.
+
+        Queries already running are counted as up; their progress arrives from their
+        next batch on.
+        """
+        listener = _make_listener(self)
+        spark.streams.addListener(listener)
+        for query in spark.streams.active:
+            self.query_started(str(query.id), query.name)
+        return listener
+
+    def close(self) -> None:
+        """Stop the HTTP server (tests; a job's server ends with its process)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def _make_listener(metrics: JobMetrics) -> Any:
+    base = _listener_base()
+
+    class _MetricsListener(base):  # type: ignore[misc, valid-type]
+        """Runs on the driver's listener thread: cheap, and never raises into Spark."""
+
+        def onQueryStarted(self, event: Any) -> None:
+            self._safely(metrics.query_started, str(event.id), event.name)
+
+        def onQueryProgress(self, event: Any) -> None:
+            self._safely(metrics.record_progress, event.progress)
+
+        def onQueryIdle(self, event: Any) -> None:
+            self._safely(metrics.record_idle, str(event.id))
+
+        def onQueryTerminated(self, event: Any) -> None:
+            self._safely(metrics.query_terminated, str(event.id))
+
+        @staticmethod
+        def _safely(action: Any, *args: Any) -> None:
+            try:
+                action(*args)
+            except Exception:  # noqa: BLE001 - a metrics bug must not stop a query
+                log.exception("metrics listener failed in %s", getattr(action, "__name__", action))
+
+    return _MetricsListener()

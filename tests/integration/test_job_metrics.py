@@ -1,0 +1,95 @@
+"""JobMetrics against a real streaming query: the listener feeds what /metrics serves."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamstate.jobs.metrics import JobMetrics
+from streamstate.stack import free_port
+
+pytestmark = pytest.mark.spark
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """name + labels -> value, as Prometheus would read it from the HTTP endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    port = free_port()
+    metrics = JobMetrics(job="metrics-test", port=port)
+    listener = metrics.attach(spark)
+    query = None
+    try:
+        windowed = (
+            spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+            .withWatermark("timestamp", "3 seconds")
+            .groupBy(F.window("timestamp", "2 seconds"))
+            .count()
+        )
+        query = (
+            windowed.writeStream.queryName("rate_counts").format("noop").outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        labels = {"job": "metrics-test", "query": "rate_counts"}
+        samples = wait_for(
+            lambda: (s := scrape(port))
+            and (value(s, "streamstate_job_batches_total", **labels) or 0) >= 3
+            and value(s, "streamstate_job_watermark_delay_seconds", **labels) is not None
+            and (value(s, "streamstate_job_state_rows", **labels) or 0) > 0
+            and s,
+            what="three batches with state and a watermark",
+        )
+        assert value(samples, "streamstate_job_up", job="metrics-test") == 1
+        assert value(samples, "streamstate_job_input_rows_total", **labels) > 0
+        assert value(samples, "streamstate_job_state_memory_bytes", **labels) > 0
+        assert value(samples, "streamstate_job_batch_duration_seconds_count", **labels) >= 3
+        assert value(samples, "streamstate_job_last_batch_id", **labels) >= 2
+        # The rate source stamps rows with the clock: the watermark trails it by about the
+        # 3 s delay plus a batch or two, never by hours and never ahead of it.
+        assert 0 < value(samples, "streamstate_job_watermark_delay_seconds", **labels) < 120
+        assert value(samples, "streamstate_job_processed_rows_per_second", **labels) >= 0
+
+        metrics.alerts.labels(kind="anomaly").inc(2)
+        metrics.dead_letters.inc()
+        after = scrape(port)
+        assert value(after, "streamstate_job_alerts_total", job="metrics-test", kind="anomaly") == 2
+        assert value(after, "streamstate_job_dead_letters_total", job="metrics-test") == 1
+
+        query.stop()
+        wait_for(
+            lambda: value(scrape(port), "streamstate_job_up", job="metrics-test") == 0,
+            what="streamstate_job_up to drop to 0 after the query stopped",
+        )
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        spark.streams.removeListener(listener)
+        metrics.close()

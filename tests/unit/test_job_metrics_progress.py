@@ -1,0 +1,108 @@
+"""progress_sample: what one StreamingQueryProgress turns into (no JVM needed)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from streamstate.jobs.metrics import JobMetrics, progress_sample, source_lag
+
+
+def state_operator(name: str, rows: int, memory: int) -> dict:
+    return {
+        "operatorName": name, "numRowsTotal": rows, "numRowsUpdated": 0, "allUpdatesTimeMs": 0,
+        "numRowsRemoved": 0, "allRemovalsTimeMs": 0, "commitTimeMs": 0, "memoryUsedBytes": memory,
+        "numRowsDroppedByWatermark": 0, "numShufflePartitions": 4, "numStateStoreInstances": 4,
+    }
+
+
+def progress_json(**overrides) -> dict:
+    base = {
+        "id": str(uuid.uuid4()),
+        "runId": str(uuid.uuid4()),
+        "name": "sessions",
+        "timestamp": "2026-01-01T12:00:10.000Z",
+        "batchId": 7,
+        "batchDuration": 1500,
+        "numInputRows": 120,
+        "inputRowsPerSecond": 60.0,
+        "processedRowsPerSecond": 80.0,
+        "durationMs": {"triggerExecution": 1500},
+        "eventTime": {"watermark": "2026-01-01T12:00:00.000Z"},
+        "stateOperators": [state_operator("a", 10, 1000), state_operator("b", 5, 24)],
+        "sources": [
+            {
+                "description": "kafka",
+                "startOffset": {"user-events": {"0": 0, "1": 0}},
+                "endOffset": {"user-events": {"0": 50, "1": 70}},
+                "latestOffset": {"user-events": {"0": 60, "1": 70}},
+                "numInputRows": 120,
+                "inputRowsPerSecond": 60.0,
+                "processedRowsPerSecond": 80.0,
+            }
+        ],
+        "sink": {"description": "kafka", "numOutputRows": 3},
+    }
+    base.update(overrides)
+    return base
+
+
+def test_sample_sums_state_operators_and_measures_watermark_delay():
+    sample = progress_sample(StreamingQueryProgress.fromJson(progress_json()))
+    assert sample.query == "sessions"
+    assert sample.batch_id == 7
+    assert sample.input_rows == 120
+    assert sample.batch_duration_seconds == pytest.approx(1.5)
+    assert sample.state_rows == 15
+    assert sample.state_memory_bytes == 1024
+    assert sample.watermark_delay_seconds == pytest.approx(10.0)
+    assert sample.source_lag == {"user-events": 10}
+
+
+def test_epoch_watermark_means_no_delay_yet():
+    raw = progress_json(eventTime={"watermark": "1970-01-01T00:00:00.000Z"})
+    assert progress_sample(StreamingQueryProgress.fromJson(raw)).watermark_delay_seconds is None
+
+
+def test_unnamed_query_is_labelled_by_its_id():
+    raw = progress_json(name=None)
+    assert progress_sample(raw).query == raw["id"]
+
+
+@pytest.mark.parametrize(
+    "end, latest, expected",
+    [
+        ('{"t": {"0": 5}}', '{"t": {"0": 9}}', {"t": 4}),
+        # A broker under-reporting its end must not produce negative lag.
+        ('{"t": {"0": 9}}', '{"t": {"0": 5}}', {"t": 0}),
+        # Offsets of a non-Kafka source are not lag.
+        ("42", "43", {}),
+        ("not json", '{"t": {"0": 1}}', {}),
+        ('{"t": {"0": "x"}}', '{"t": {"0": 1}}', {}),
+    ],
+)
+def test_source_lag_reads_only_kafka_shaped_offsets(end, latest, expected):
+    assert source_lag([{"endOffset": end, "latestOffset": latest}]) == expected
+
+
+def test_known_label_values_exist_before_the_first_increment():
+    metrics = JobMetrics(job="sessions")
+    kinds = {
+        s.labels["kind"]
+        for family in metrics.registry.collect()
+        if family.name == "streamstate_job_alerts"
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+    assert kinds == {"bot_burst", "purchase_without_view", "long_session"}
+    assert metrics.registry.get_sample_value("streamstate_job_up", {"job": "sessions"}) == 0
+
+
+def test_records_out_binds_the_job_label():
+    metrics = JobMetrics(job="anomalies")
+    metrics.records_out.labels(topic="alerts").inc(3)
+    assert metrics.registry.get_sample_value(
+        "streamstate_job_records_out_total", {"job": "anomalies", "topic": "alerts"}
+    ) == 3
