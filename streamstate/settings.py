@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     sessions_metrics_port: int = Field(9101, ge=0, le=65535, description="Sessions job /metrics port.")
     anomalies_metrics_port: int = Field(9102, ge=0, le=65535, description="Anomalies job /metrics port.")
     prometheus_port: int = Field(9090, ge=0, le=65535, description="Embedded Prometheus port.")
+    prometheus_scrape_interval: str = Field(
+        "2s", description="Scrape interval of the embedded Prometheus (a Prometheus duration)."
+    )
 
     def checkpoint(self, job: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{job}"

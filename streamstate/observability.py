@@ -1,0 +1,98 @@
+"""Prometheus scrape configuration for the embedded stack and for docker compose.
+
+Both configurations come from :func:`prometheus_config`, so the scrape jobs (and the
+``job`` label every dashboard filters on) are the same wherever the stack runs. The
+compose file ``infra/prometheus/prometheus.yml`` is rendered from this module and
+checked against it by the tests; regenerate it with
+``python -m streamstate.observability``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamstate.settings import REPO_ROOT, Settings
+
+COMPOSE_CONFIG_PATH = REPO_ROOT / "infra" / "prometheus" / "prometheus.yml"
+
+# Scrape job name -> whether the target's own ``job`` label wins. The Spark jobs label
+# every metric with their job name (streamstate.jobs.metrics); the scrape job names
+# equal those labels, so series look the same whichever way a label got there.
+SCRAPE_JOBS: dict[str, bool] = {"prometheus": False, "api": False, "sessions": True, "anomalies": True}
+
+# Compose service names and ports (docker-compose.yml).
+COMPOSE_TARGETS: dict[str, str] = {
+    "prometheus": "localhost:9090",
+    "api": "api:8000",
+    "sessions": "sessions-job:9101",
+    "anomalies": "anomalies-job:9102",
+}
+
+
+def prometheus_config(targets: dict[str, str], scrape_interval: str, header: str = "") -> str:
+    """A Prometheus config scraping ``targets`` (scrape job -> host:port) every interval."""
+    unknown = set(targets) - set(SCRAPE_JOBS)
+    if unknown:
+        raise ValueError(f"unknown scrape jobs {sorted(unknown)}; known: {sorted(SCRAPE_JOBS)}")
+    lines = [header.rstrip("\n")] if header else []
+    lines += [
+        "global:",
+        f"  scrape_interval: {scrape_interval}",
+        f"  evaluation_interval: {scrape_interval}",
+        f"  scrape_timeout: {scrape_interval}",
+        "scrape_configs:",
+    ]
+    for job, target in targets.items():
+        lines += [f"  - job_name: {job}"]
+        if SCRAPE_JOBS[job]:
+            lines += ["    honor_labels: true"]
+        lines += ["    static_configs:", f"      - targets: ['{target}']"]
+    return "\n".join(lines) + "\n"
+
+
+def _loopback(host: str) -> str:
+    # A server bound to every interface is scraped over loopback.
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def embedded_targets(settings: Settings) -> dict[str, str]:
+    """Scrape targets of the embedded stack, from its settings."""
+    return {
+        "prometheus": f"127.0.0.1:{settings.prometheus_port}",
+        "api": f"{_loopback(settings.api_host)}:{settings.api_port}",
+        "sessions": f"127.0.0.1:{settings.sessions_metrics_port}",
+        "anomalies": f"127.0.0.1:{settings.anomalies_metrics_port}",
+    }
+
+
+def render_embedded_prometheus_config(settings: Settings, path: Path) -> Path:
+    """Write the embedded stack's Prometheus config to ``path`` and return it.
+
+    The scrape interval is short (settings.prometheus_scrape_interval, 2 s by default) so
+    that rate() over a minute has data seconds after the stack starts.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "# Rendered by streamstate.observability for the embedded stack; do not edit.\n"
+    path.write_text(prometheus_config(embedded_targets(settings), settings.prometheus_scrape_interval, header))
+    return path
+
+
+def render_compose_prometheus_config() -> str:
+    """The text of ``infra/prometheus/prometheus.yml`` (compose service names)."""
+    header = (
+        "# Prometheus for docker compose: scrapes the services by their compose names.\n"
+        "# Rendered by `python -m streamstate.observability` from streamstate/observability.py,\n"
+        "# which the embedded stack's config also comes from; edit that, not this file.\n"
+    )
+    return prometheus_config(COMPOSE_TARGETS, "5s", header)
+
+
+def main() -> None:
+    """Regenerate infra/prometheus/prometheus.yml."""
+    COMPOSE_CONFIG_PATH.write_text(render_compose_prometheus_config())
+    print(f"wrote {COMPOSE_CONFIG_PATH}")
+
+
+if __name__ == "__main__":
+    main()
