@@ -1,0 +1,270 @@
+"""The follower: a thread that rebuilds the view from the start of the state and alert
+topics, then keeps it current, and says when it has caught up.
+
+"Caught up" means: every partition consumed up to the end offset it had when the
+follower started. The embedded broker under-reports the high watermark (it returns the
+base offset of the last record batch), so the reported end is only a lower bound: a short
+probe reads from there to find the true end (see ENVIRONMENT.md). Partitions are
+``assign()``-ed, never ``subscribe()``-d: no group rebalance, so start-up is immediate.
+
+The thread never dies on a broker problem: it reports the reason through
+:meth:`ViewFollower.readiness` and the ``ready``/``broker_up`` gauges and tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from streamstate.api.broadcast import AlertBroadcaster
+from streamstate.api.metrics import ApiMetrics
+from streamstate.api.records import Source, decode
+from streamstate.api.view import Consumed, StateView
+from streamstate.contracts import ContractError
+from streamstate.settings import Settings
+
+log = logging.getLogger("streamstate.api.follower")
+
+_BATCH = 1000
+_POLL_S = 0.2
+_LAG_REFRESH_S = 5.0
+_PROBE_FETCH_WAIT_MS = 50
+_BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
+
+
+def source_topics(settings: Settings) -> dict[Source, str]:
+    """The topic each source of the view is read from."""
+    return {
+        Source.SESSIONS: settings.topic_session_state,
+        Source.SERIES: settings.topic_metric_state,
+        Source.ALERTS: settings.topic_alerts,
+    }
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether the view is complete enough to serve, and if not, why."""
+
+    ready: bool
+    reason: str
+    remaining: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class _StartFailed(Exception):
+    """A start-up step that cannot complete yet (missing topic); retried after a pause."""
+
+
+class ViewFollower(threading.Thread):
+    """Consumes the view's topics into ``view`` until :meth:`stop`."""
+
+    def __init__(self, settings: Settings, view: StateView, metrics: ApiMetrics, broadcaster: AlertBroadcaster):
+        super().__init__(name="view-follower", daemon=True)
+        self._settings = settings
+        self._view = view
+        self._metrics = metrics
+        self._broadcaster = broadcaster
+        self._topics = source_topics(settings)
+        self._source_of = {topic: source for source, topic in self._topics.items()}
+        self._stopping = threading.Event()
+        self._state_lock = threading.Lock()
+        self._targets: dict[tuple[str, int], int] | None = None
+        self._done_at_eof: set[tuple[str, int]] = set()
+        self._caught_up = False
+        self._broker_up = False
+        self._problem = f"connecting to Kafka at {settings.bootstrap_servers}"
+        self._known_ends: dict[tuple[str, int], int] = {}
+        self._metrics.ready.set(0)
+        self._metrics.broker_up.set(0)
+
+    # ------------------------------------------------------------------ public
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        if self.is_alive():
+            self.join(timeout_s)
+
+    def readiness(self) -> Readiness:
+        with self._state_lock:
+            caught_up, broker_up, problem, targets = self._caught_up, self._broker_up, self._problem, self._targets
+        if caught_up and broker_up:
+            return Readiness(True, "caught up with the topics' end offsets at start")
+        if not broker_up:
+            return Readiness(False, problem)
+        if targets is None:
+            return Readiness(False, problem)
+        remaining = self._remaining(targets)
+        total = sum(n for parts in remaining.values() for n in parts.values())
+        return Readiness(False, f"catching up: {total} records left before the end offsets seen at start", remaining)
+
+    # ------------------------------------------------------------------ thread
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._follow()
+            except (KafkaException, _StartFailed) as exc:
+                self._set_broker(isinstance(exc, _StartFailed), self._describe(exc))
+                log.warning("view follower: %s; retrying in %.1fs", self._problem, self._settings.api_retry_s)
+            except Exception as exc:  # a bug must not end the thread silently and leave readyz stuck
+                log.exception("view follower failed; retrying")
+                self._set_broker(self._broker_up, f"follower error: {exc!r}")
+            self._stopping.wait(self._settings.api_retry_s)
+
+    def _follow(self) -> None:
+        consumer = Consumer(self._config(fetch_wait_ms=100, eof=True))
+        try:
+            partitions = self._discover(consumer)
+            if self._targets is None:
+                targets = self._true_ends(consumer, partitions)
+                with self._state_lock:
+                    self._targets = targets
+                log.info("view follower: catching up to %s", targets)
+            # After a retry, resume where the view stands instead of re-reading from the start.
+            consumer.assign([self._resume_point(tp) for tp in partitions])
+            next_lag_refresh = 0.0
+            while not self._stopping.is_set():
+                messages = consumer.consume(_BATCH, timeout=_POLL_S)
+                if messages:
+                    self._ingest(messages)
+                if not self._caught_up:
+                    self._check_caught_up()
+                if time.monotonic() >= next_lag_refresh:
+                    self._refresh_lag(consumer, partitions)
+                    next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+        finally:
+            consumer.close()
+
+    # ------------------------------------------------------------------ start-up
+    def _config(self, fetch_wait_ms: int, eof: bool) -> dict:
+        return {
+            "bootstrap.servers": self._settings.bootstrap_servers,
+            "group.id": f"streamstate-api-{uuid.uuid4().hex[:8]}",  # required by librdkafka; no group is joined
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": eof,
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "socket.timeout.ms": 10_000,
+            "error_cb": self._on_kafka_error,
+        }
+
+    def _discover(self, consumer: Consumer) -> list[TopicPartition]:
+        metadata = consumer.list_topics(timeout=5)
+        self._set_broker(True, "reading partition metadata")
+        missing = [t for t in self._topics.values() if t not in metadata.topics or metadata.topics[t].error]
+        if missing:
+            raise _StartFailed(f"topic(s) {', '.join(missing)} do not exist yet")
+        partitions = []
+        for source, topic in self._topics.items():
+            numbers = sorted(metadata.topics[topic].partitions)
+            self._view.track(source, numbers)
+            partitions += [TopicPartition(topic, p) for p in numbers]
+        return partitions
+
+    def _true_ends(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        with self._state_lock:
+            self._problem = "probing the topics' end offsets"
+        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=5)[1] for tp in partitions}
+        # The reported end is the last batch's base offset: read past it to find the records in that batch.
+        probe = Consumer(self._config(fetch_wait_ms=_PROBE_FETCH_WAIT_MS, eof=False))
+        try:
+            probe.assign([TopicPartition(topic, p, max(end, 0)) for (topic, p), end in ends.items()])
+            deadline = time.monotonic() + self._settings.api_end_probe_s
+            while time.monotonic() < deadline and not self._stopping.is_set():
+                for message in probe.consume(_BATCH, timeout=0.05):
+                    if message.error() is None:
+                        key = (message.topic(), message.partition())
+                        ends[key] = max(ends[key], message.offset() + 1)
+        finally:
+            probe.close()
+        return {key: max(end, 0) for key, end in ends.items()}
+
+    def _resume_point(self, tp: TopicPartition) -> TopicPartition:
+        position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
+        return TopicPartition(tp.topic, tp.partition, position if position > 0 else OFFSET_BEGINNING)
+
+    # ------------------------------------------------------------------ steady state
+    def _ingest(self, messages: list[Message]) -> None:
+        batch: list[Consumed] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._on_message_error(message, error)
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            source = self._source_of[topic]
+            key = (topic, partition)
+            self._known_ends[key] = max(self._known_ends.get(key, 0), offset + 1)
+            try:
+                record = decode(source, message.key(), message.value())
+            except ContractError as exc:
+                self._metrics.bad_records.labels(topic).inc()
+                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, exc.reason)
+                record = None
+            batch.append((source, partition, offset, record))
+        if batch:
+            self._set_broker(True, self._problem)
+        new_alerts = self._view.apply(batch)
+        for alert in new_alerts:
+            self._metrics.alerts_seen.labels(alert.kind).inc()
+        self._broadcaster.publish(new_alerts)
+
+    def _on_message_error(self, message: Message, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            # An end reached at or past the target counts even if the last offsets were compacted away.
+            target = (self._targets or {}).get((message.topic(), message.partition()))
+            if target is not None and message.offset() >= target:
+                self._done_at_eof.add((message.topic(), message.partition()))
+            return
+        log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error.str())
+
+    def _remaining(self, targets: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+        remaining: dict[str, dict[str, int]] = {}
+        for source, topic in self._topics.items():
+            positions = self._view.positions(source)
+            for (target_topic, partition), end in targets.items():
+                if target_topic != topic or (topic, partition) in self._done_at_eof:
+                    continue
+                left = end - positions.get(partition, 0)
+                if left > 0:
+                    remaining.setdefault(topic, {})[str(partition)] = left
+        return remaining
+
+    def _check_caught_up(self) -> None:
+        if self._targets is not None and not self._remaining(self._targets):
+            with self._state_lock:
+                self._caught_up = True
+            log.info("view follower: caught up (%s)", self._view.sizes())
+            self._publish_ready()
+
+    def _refresh_lag(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            _, reported_end = consumer.get_watermark_offsets(tp, timeout=2)
+            position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
+            end = max(reported_end, self._known_ends.get(key, 0), (self._targets or {}).get(key, 0))
+            self._metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(end - position, 0))
+        self._set_broker(True, self._problem)
+
+    # ------------------------------------------------------------------ broker state
+    def _on_kafka_error(self, error: KafkaError) -> None:
+        if error.code() in _BROKER_DOWN_CODES:
+            self._set_broker(False, f"Kafka at {self._settings.bootstrap_servers} unreachable: {error.str()}")
+
+    def _set_broker(self, up: bool, problem: str) -> None:
+        with self._state_lock:
+            self._broker_up = up
+            self._problem = problem
+        self._publish_ready()
+
+    def _publish_ready(self) -> None:
+        self._metrics.broker_up.set(1 if self._broker_up else 0)
+        self._metrics.ready.set(1 if (self._caught_up and self._broker_up) else 0)
+
+    def _describe(self, exc: Exception) -> str:
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return f"Kafka at {self._settings.bootstrap_servers} unreachable: {exc.args[0].str()}"
+        return str(exc)

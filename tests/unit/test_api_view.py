@@ -1,0 +1,225 @@
+"""The API's in-memory view, record decoding and cursors (pure: no broker, no server)."""
+
+from __future__ import annotations
+
+import json
+from itertools import islice
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamstate.api.cursor import BadCursor, decode_cursor, encode_cursor
+from streamstate.api.records import AlertRecord, Source, Tombstone, decode
+from streamstate.api.view import StateView
+from streamstate.contracts import Alert, Behaviour, ContractError, LastAnomaly, MetricSnapshot, OpenSession, SessionSnapshot
+
+
+def session_snapshot(user_id: str, active: bool = True, ts: int = 1_000) -> SessionSnapshot:
+    open_session = (
+        OpenSession(
+            start=ts - 500, last_activity=ts, events=3, page_views=2, clicks=1, purchases=0,
+            purchase_total=0.0, current_activity="click", activity_start=ts,
+        )
+        if active
+        else None
+    )
+    return SessionSnapshot(
+        user_id=user_id,
+        ts=ts,
+        open_session=open_session,
+        behaviour=Behaviour(total_sessions=1, total_page_views=4, total_events=7, total_session_ms=900, avg_session_ms=900.0),
+        activities={},
+    )
+
+
+def metric_snapshot(series_id: str, last_z: float | None) -> MetricSnapshot:
+    return MetricSnapshot(
+        series_id=series_id, ts=5, window_size=100, window_count=20, mean=1.0, std=0.5, last_value=2.0,
+        last_z=last_z, count=20, sum=20.0, min=0.0, max=2.0, avg=1.0,
+        last_anomaly=LastAnomaly(ts=5, value=2.0, z=last_z) if last_z is not None else None,
+    )
+
+
+def alert(entity: str, ts: int, kind: str = "bot_burst") -> Alert:
+    return Alert.build(kind, entity, ts, f"{kind} for {entity}", rate=1.0)
+
+
+def feed(view: StateView, source: Source, *records, partition: int = 0) -> list[AlertRecord]:
+    """Decode and apply records as the follower would, at consecutive offsets."""
+    start = view.positions(source).get(partition, 0)
+    batch = []
+    for i, (key, value) in enumerate(records):
+        batch.append((source, partition, start + i, decode(source, key.encode(), value)))
+    return view.apply(batch)
+
+
+def put_sessions(view: StateView, *snapshots: SessionSnapshot) -> None:
+    feed(view, Source.SESSIONS, *[(s.user_id, s.to_json()) for s in snapshots])
+
+
+def walk(view: StateView, limit: int, active_only: bool = False, between_pages=lambda: None) -> list[str]:
+    seen, after = [], None
+    while True:
+        page, _ = view.sessions(after, limit, active_only)
+        seen += [json.loads(body)["user_id"] for body in page.items]
+        if page.last_key is None:
+            return seen
+        after = page.last_key
+        between_pages()
+
+
+# ------------------------------------------------------------------------ decoding
+def test_decode_keeps_canonical_json_and_the_active_flag():
+    snapshot = session_snapshot("u1", active=True)
+    record = decode(Source.SESSIONS, b"u1", snapshot.to_json())
+    assert SessionSnapshot.model_validate_json(record.body) == snapshot
+    assert record.active is True
+    assert decode(Source.SESSIONS, b"u2", session_snapshot("u2", active=False).to_json()).active is False
+
+
+def test_null_value_is_a_tombstone():
+    assert decode(Source.SERIES, b"s1", None) == Tombstone("s1")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (None, b"{}", "key is null"),
+        (b"u1", b"not json", "not valid JSON"),
+        (b"u1", b'{"user_id": "u1"}', "missing required field 'ts'"),
+        (b"u1", session_snapshot("u2").to_json(), "does not match user_id"),
+        (b"\xff", b"{}", "key is not valid UTF-8"),
+    ],
+)
+def test_bad_records_raise_a_one_line_reason(key, value, reason):
+    with pytest.raises(ContractError) as caught:
+        decode(Source.SESSIONS, key, value)
+    assert reason in caught.value.reason
+    assert "\n" not in caught.value.reason
+
+
+# ------------------------------------------------------------------------ sessions
+def test_session_lookup_update_and_tombstone():
+    view = StateView(max_alerts=10)
+    put_sessions(view, session_snapshot("u1", ts=1), session_snapshot("u1", ts=2))
+    record, positions = view.session("u1")
+    assert json.loads(record.body)["ts"] == 2
+    assert positions == {0: 2}
+    feed(view, Source.SESSIONS, ("u1", None))
+    assert view.session("u1")[0] is None
+    assert view.sizes()["sessions"] == 0 and view.sizes()["active_sessions"] == 0
+
+
+def test_active_listing_follows_open_session_changes():
+    view = StateView(max_alerts=10)
+    put_sessions(view, session_snapshot("a", active=True), session_snapshot("b", active=False), session_snapshot("c"))
+    assert walk(view, 10, active_only=True) == ["a", "c"]
+    put_sessions(view, session_snapshot("a", active=False), session_snapshot("b", active=True))
+    assert walk(view, 10, active_only=True) == ["b", "c"]
+    assert walk(view, 10) == ["a", "b", "c"]
+    assert view.sizes() == {"sessions": 3, "active_sessions": 2, "series": 0, "alerts": 0}
+
+
+def test_pages_cover_every_user_once_in_order():
+    view = StateView(max_alerts=10)
+    ids = [f"user-{i:03d}" for i in range(25)]
+    put_sessions(view, *[session_snapshot(u) for u in reversed(ids)])
+    assert walk(view, 7) == ids
+    assert walk(view, 25) == ids
+    last_page, _ = view.sessions("user-017", 100, False)
+    assert last_page.last_key is None and len(last_page.items) == 7
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    initial=st.sets(st.text(min_size=1, max_size=6), min_size=1, max_size=40),
+    inserted=st.lists(st.text(min_size=1, max_size=6), max_size=40),
+    removed=st.lists(st.text(min_size=1, max_size=6), max_size=20),
+    limit=st.integers(1, 9),
+)
+def test_walk_is_stable_under_concurrent_inserts_and_removals(initial, inserted, removed, limit):
+    view = StateView(max_alerts=10)
+    put_sessions(view, *[session_snapshot(u) for u in initial])
+    survivors = set(initial) - set(removed)
+    changes = iter([("put", u) for u in inserted] + [("drop", u) for u in removed])
+
+    def mutate() -> None:
+        for action, user in list(islice(changes, 3)):
+            if action == "put":
+                put_sessions(view, session_snapshot(user))
+            else:
+                feed(view, Source.SESSIONS, (user, None))
+
+    seen = walk(view, limit, between_pages=mutate)
+    assert seen == sorted(seen) and len(seen) == len(set(seen)), "no repeats, in key order"
+    assert survivors <= set(seen), "every user present for the whole walk is returned"
+
+
+# ------------------------------------------------------------------------ series
+def test_series_and_top_zscores():
+    view = StateView(max_alerts=10)
+    feed(
+        view, Source.SERIES,
+        *[(s.series_id, s.to_json()) for s in (metric_snapshot("a", 1.0), metric_snapshot("b", -7.5), metric_snapshot("c", None))],
+    )
+    assert json.loads(view.series("b")[0].body)["last_anomaly"]["z"] == -7.5
+    assert view.top_zscores(1) == [("b", -7.5)]
+    assert view.top_zscores(5) == [("b", -7.5), ("a", 1.0)]
+    feed(view, Source.SERIES, ("b", None))
+    assert view.series("b")[0] is None
+
+
+# ------------------------------------------------------------------------ alerts
+def test_alerts_deduplicated_newest_first_and_filtered():
+    view = StateView(max_alerts=100)
+    first, second, third = alert("u1", 10), alert("u2", 30), alert("s1", 20, kind="anomaly")
+    new = feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in (first, second, first, third, second)])
+    assert [a.alert_id for a in new] == [first.alert_id, second.alert_id, third.alert_id]
+    ids = lambda bodies: [json.loads(b)["alert_id"] for b in bodies]  # noqa: E731
+    assert ids(view.alerts(None, None, None, 10)[0]) == [second.alert_id, third.alert_id, first.alert_id]
+    assert ids(view.alerts("anomaly", None, None, 10)[0]) == [third.alert_id]
+    assert ids(view.alerts(None, "u1", None, 10)[0]) == [first.alert_id]
+    assert ids(view.alerts(None, None, 20, 10)[0]) == [second.alert_id, third.alert_id]
+    assert ids(view.alerts(None, None, None, 1)[0]) == [second.alert_id]
+    assert view.positions(Source.ALERTS) == {0: 5}
+
+
+def test_alert_log_keeps_the_newest_max_alerts():
+    view = StateView(max_alerts=3)
+    alerts = [alert(f"u{i}", ts) for i, ts in enumerate([50, 10, 40, 30, 20])]
+    new = feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in alerts])
+    kept = [json.loads(b)["ts"] for b in view.alerts(None, None, None, 10)[0]]
+    assert kept == [50, 40, 30]
+    assert alerts[4].alert_id not in {a.alert_id for a in new}, "an alert older than all kept never enters"
+    assert view.sizes()["alerts"] == 3
+
+
+def test_bad_record_advances_the_position_and_changes_nothing():
+    view = StateView(max_alerts=3)
+    view.apply([(Source.SESSIONS, 1, 41, None)])
+    assert view.positions(Source.SESSIONS) == {1: 42}
+    assert view.sizes()["sessions"] == 0
+
+
+def test_tracked_partitions_start_at_zero():
+    view = StateView(max_alerts=3)
+    view.track(Source.ALERTS, [0, 1])
+    assert view.positions(Source.ALERTS) == {0: 0, 1: 0}
+
+
+# ------------------------------------------------------------------------ cursors
+@given(st.text())
+def test_cursor_round_trips_any_key(key):
+    assert decode_cursor(encode_cursor(key)) == key
+
+
+@given(st.from_regex(r"\A(?:[0-9a-fA-F]{2})*\Z"))
+def test_every_cursor_the_schema_allows_decodes(cursor):
+    decode_cursor(cursor)
+
+
+@pytest.mark.parametrize("cursor", ["abc", "zz", "not a cursor"])
+def test_malformed_cursor_is_refused_with_a_reason(cursor):
+    with pytest.raises(BadCursor, match="not valid"):
+        decode_cursor(cursor)
