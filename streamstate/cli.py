@@ -1,0 +1,154 @@
+"""``streamstate``: the operator's command line.
+
+One function per sub-command, registered in :func:`build_parser`; each takes the parsed
+arguments and the settings and returns an exit code. Any :class:`CommandError` (or a
+broker that does not answer) ends the program with a one-line ``error: ...`` and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import KafkaException
+from pydantic import ValidationError
+
+from streamstate.settings import Settings
+from streamstate.topics import create_topics, existing_topics, load_topics, wait_for_broker
+
+EXIT_ERROR = 2
+
+
+class CommandError(Exception):
+    """A failure the user can act on; its message is printed as ``error: <message>``."""
+
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def _settings_for(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    if getattr(args, "bootstrap_servers", None):
+        overrides["bootstrap_servers"] = args.bootstrap_servers
+    if getattr(args, "topics_file", None):
+        overrides["topics_file"] = args.topics_file
+    return Settings(**overrides)
+
+
+def _wait_for_listener(bootstrap_servers: str, timeout_s: float) -> None:
+    """Block until one bootstrap address accepts TCP connections.
+
+    Probing the socket first keeps a Kafka client from being created against a broker
+    that is not there yet (compose start-up), whose retries would flood stderr.
+    """
+    addresses = []
+    for server in bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise CommandError(f"bootstrap server {server.strip()!r} is not host:port")
+        addresses.append((host.strip("[]"), int(port)))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for address in addresses:
+            try:
+                socket.create_connection(address, timeout=1.0).close()
+                return
+            except OSError as exc:
+                last = exc
+        if time.monotonic() >= deadline:
+            raise CommandError(
+                f"Kafka broker at {bootstrap_servers} did not answer within {timeout_s:g}s: {last}"
+            )
+        time.sleep(0.5)
+
+
+def _reach_broker(settings: Settings, timeout_s: float) -> None:
+    _wait_for_listener(settings.bootstrap_servers, timeout_s)
+    try:
+        wait_for_broker(settings.bootstrap_servers, timeout_s=timeout_s)
+    except TimeoutError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def topics_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Create the topics of the topic file that the broker does not have yet."""
+    try:
+        specs = load_topics(settings.topics_file, settings.partitions)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    _reach_broker(settings, args.wait)
+    created = create_topics(settings.bootstrap_servers, specs)
+    for spec in specs:
+        state = "created" if spec.name in created else "exists"
+        print(f"{spec.name}\t{spec.partitions}\t{state}")
+    return 0
+
+
+def topics_list(args: argparse.Namespace, settings: Settings) -> int:
+    """List the topic file's topics with their partition counts on the broker."""
+    try:
+        specs = load_topics(settings.topics_file, settings.partitions)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    _reach_broker(settings, args.wait)
+    present = existing_topics(settings.bootstrap_servers)
+    missing = 0
+    for spec in specs:
+        partitions = present.get(spec.name)
+        missing += partitions is None
+        print(f"{spec.name}\t{partitions if partitions is not None else '-'}\t{'ok' if partitions else 'missing'}")
+    if args.all:
+        for name in sorted(set(present) - {s.name for s in specs}):
+            print(f"{name}\t{present[name]}\tother")
+    return 1 if missing else 0
+
+
+def _add_broker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings).")
+    parser.add_argument("--topics-file", help="Topic definition file (default: settings).")
+    parser.add_argument(
+        "--wait", type=float, default=60.0, metavar="SECONDS", help="How long to wait for the broker (default 60)."
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; a sub-command stores its function as ``command``."""
+    parser = argparse.ArgumentParser(prog="streamstate", description="Operate the streamstate pipeline.")
+    commands = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+
+    topics = commands.add_parser("topics", help="Kafka topics from infra/kafka/topics.toml.")
+    topic_commands = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = topic_commands.add_parser("create", help="Create the missing topics (idempotent).")
+    _add_broker_options(create)
+    create.set_defaults(command=topics_create)
+    listing = topic_commands.add_parser(
+        "list", help="Show each defined topic's partitions on the broker; exit 1 if any is missing."
+    )
+    _add_broker_options(listing)
+    listing.add_argument("--all", action="store_true", help="Also list topics not in the topic file.")
+    listing.set_defaults(command=topics_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``streamstate`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = _settings_for(args)
+        return args.command(args, settings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        message = f"invalid setting {where}: {first['msg']}"
+    except (CommandError, KafkaException) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
