@@ -1,0 +1,220 @@
+"""The snapshot API as a real uvicorn process against the real embedded broker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from streamstate.stack import free_port
+from tests.api_builders import alert, metric_snapshot, session_snapshot
+from tests.integration.api_harness import ApiProcess, ApiTopics, make_topics, publish, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def api_topics(new_topic) -> ApiTopics:
+    return make_topics(new_topic)
+
+
+@pytest.fixture
+def start_api(bootstrap, tmp_path):
+    """Factory: start an API process (stopped at the end of the test)."""
+    started: list[ApiProcess] = []
+
+    def start(topics: ApiTopics, bootstrap_servers: str | None = None, **settings: str) -> ApiProcess:
+        api = ApiProcess(bootstrap_servers or bootstrap, topics, tmp_path / f"api-{len(started)}.log", **settings)
+        started.append(api)
+        return api
+
+    yield start
+    for api in started:
+        api.stop()
+
+
+def all_pages(api: ApiProcess, limit: int, active: bool = False) -> tuple[list[str], int]:
+    """Walk the session listing; returns the user ids in order and the number of pages."""
+    users, cursor, pages = [], None, 0
+    while True:
+        params = {"limit": limit, "active": str(active).lower()} | ({"cursor": cursor} if cursor else {})
+        response = api.get("/sessions", **params)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        users += [item["user_id"] for item in body["items"]]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return users, pages
+
+
+def test_every_endpoint_against_published_state(bootstrap, api_topics, start_api):
+    users = [f"user-{i:02d}" for i in range(23)]
+    publish(bootstrap, api_topics.sessions, [(u, session_snapshot(u, active=i % 3 != 0).to_json()) for i, u in enumerate(users)])
+    publish(bootstrap, api_topics.series, [("cpu", metric_snapshot("cpu", 4.5).to_json()), ("mem", metric_snapshot("mem", -0.5).to_json())])
+    burst, anomaly, late = alert("user-01", 2_000), alert("cpu", 3_000, kind="anomaly"), alert("user-02", 1_000)
+    publish(bootstrap, api_topics.alerts, [(a.alert_id, a.to_json()) for a in (burst, anomaly, burst, late, anomaly)])
+    publish(bootstrap, api_topics.sessions, [(b"user-00", b"{not json")])
+
+    api = start_api(api_topics)
+    api.wait_ready()
+
+    # One user: the snapshot as published, with the offsets it reflects.
+    response = api.get("/sessions/user-01")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["session"] == json.loads(session_snapshot("user-01").to_json())
+    assert body["active"] is True
+    assert body["freshness"]["caught_up"] is True
+    assert sum(body["freshness"]["offsets"][api_topics.sessions].values()) == len(users) + 1
+    missing = api.get("/sessions/nobody")
+    assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
+    # The bad record was skipped, counted, and did not replace user-00's valid snapshot.
+    assert api.get("/sessions/user-00").json()["active"] is False
+    assert api.metric("streamstate_api_bad_records_total", topic=api_topics.sessions) == 1
+
+    # Listing: pages of 5 cover every user once, in order; active=true keeps open sessions only.
+    listed, pages = all_pages(api, limit=5)
+    assert listed == users and pages == 5
+    active, _ = all_pages(api, limit=4, active=True)
+    assert active == [u for i, u in enumerate(users) if i % 3 != 0]
+    bad_cursor = api.get("/sessions", cursor="xyz")
+    assert bad_cursor.status_code == 400 and "cursor" in bad_cursor.json()["detail"]
+    assert api.get("/sessions", limit=0).status_code == 422
+    assert api.get("/sessions", limit=1001).status_code == 422
+
+    # Series.
+    series = api.get("/series/cpu").json()
+    assert series["series"]["last_z"] == 4.5 and series["series"]["last_anomaly"]["z"] == 4.5
+    assert set(series["freshness"]["offsets"]) == {api_topics.series}
+    assert api.get("/series/disk").status_code == 404
+
+    # Alerts: one per id, newest first, filters.
+    ids = lambda response: [a["alert_id"] for a in response.json()["items"]]  # noqa: E731
+    assert ids(api.get("/alerts")) == [anomaly.alert_id, burst.alert_id, late.alert_id]
+    assert ids(api.get("/alerts", kind="anomaly")) == [anomaly.alert_id]
+    assert ids(api.get("/alerts", entity="user-02")) == [late.alert_id]
+    assert ids(api.get("/alerts", since=2_000)) == [anomaly.alert_id, burst.alert_id]
+    assert ids(api.get("/alerts", limit=1)) == [anomaly.alert_id]
+    assert api.get("/alerts", since=-1).status_code == 422
+
+    # Tombstones remove keys while the service runs.
+    publish(bootstrap, api_topics.sessions, [("user-05", None)])
+    publish(bootstrap, api_topics.series, [("cpu", None)])
+    wait_until(lambda: api.get("/sessions/user-05").status_code == 404, what="session tombstone")
+    wait_until(lambda: api.get("/series/cpu").status_code == 404, what="series tombstone")
+    assert "user-05" not in all_pages(api, limit=100)[0]
+
+    # Operations and metrics.
+    assert api.get("/healthz").json() == {"status": "ok"}
+    assert api.get("/readyz").json()["ready"] is True
+    assert api.metric("streamstate_api_ready") == 1
+    assert api.metric("streamstate_api_view_size", view="sessions") == len(users) - 1
+    assert api.metric("streamstate_api_view_size", view="alerts") == 3
+    assert api.metric("streamstate_api_alerts_seen_total", kind="bot_burst") == 2
+    assert api.metric("streamstate_api_alerts_seen_total", kind="anomaly") == 1
+    assert api.metric("streamstate_series_zscore", series_id="mem") == -0.5
+    assert api.metric("streamstate_series_zscore", series_id="cpu") is None
+    assert api.metric(
+        "streamstate_api_requests_total", route="/sessions/{user_id}", method="GET", status="404"
+    ) >= 2
+    assert api.metric("streamstate_api_request_duration_seconds_count", route="/sessions", method="GET") >= 10
+    wait_until(
+        lambda: api.metric("streamstate_api_consumer_lag", topic=api_topics.sessions, partition="0") == 0,
+        what="consumer lag gauge",
+    )
+
+
+def test_readiness_flips_after_catch_up_and_a_restart_rebuilds_the_same_view(bootstrap, api_topics, start_api):
+    count = 4_000
+    publish(bootstrap, api_topics.sessions, [(f"u{i:05d}", session_snapshot(f"u{i:05d}", active=i % 2 == 0).to_json()) for i in range(count)])
+    publish(bootstrap, api_topics.sessions, [(f"u{i:05d}", None) for i in range(0, count, 10)])
+    publish(bootstrap, api_topics.series, [(f"s{i}", metric_snapshot(f"s{i}", float(i)).to_json()) for i in range(50)])
+    publish(bootstrap, api_topics.alerts, [(a.alert_id, a.to_json()) for a in (alert(f"u{i}", i) for i in range(300))] * 2)
+    expected_sessions = count - count // 10
+
+    first = start_api(api_topics, api_end_probe_s="2")
+    first.wait_listening()
+    # Not ready while it rebuilds: the 503 says what is left.
+    early = first.get("/readyz")
+    assert early.status_code == 503 and early.json()["ready"] is False and early.json()["reason"]
+    assert first.metric("streamstate_api_ready") == 0
+    first.wait_ready()
+    # Ready means complete: everything published before the start is in the view at once.
+    assert first.metric("streamstate_api_view_size", view="sessions") == expected_sessions
+    assert first.metric("streamstate_api_view_size", view="alerts") == 300
+
+    def snapshot(api: ApiProcess) -> dict:
+        return {
+            "pages": [api.get("/sessions", limit=1000, cursor=c).json() for c in page_cursors(api)],
+            "active": all_pages(api, limit=1000, active=True)[0],
+            "series": [api.get(f"/series/s{i}").json() for i in range(50)],
+            "alerts": api.get("/alerts", limit=1000).json(),
+        }
+
+    before = snapshot(first)
+    assert sum(len(page["items"]) for page in before["pages"]) == expected_sessions
+    first.stop()
+
+    second = start_api(api_topics)
+    second.wait_ready()
+    assert snapshot(second) == before
+
+
+def page_cursors(api: ApiProcess) -> list[str]:
+    cursors, cursor = [""], None
+    while True:
+        cursor = api.get("/sessions", limit=1000, **({"cursor": cursor} if cursor else {})).json()["next_cursor"]
+        if cursor is None:
+            return cursors
+        cursors.append(cursor)
+
+
+def test_alert_stream_sends_each_new_alert_once_and_forgets_a_leaving_client(bootstrap, api_topics, start_api):
+    api = start_api(api_topics, api_sse_keepalive_s="0.5")
+    api.wait_ready()
+    first, second = alert("u1", 100), alert("s1", 200, kind="anomaly")
+    events: list[tuple[str, dict]] = []
+    comments = 0
+    with httpx.Client(base_url=api.url, timeout=15) as client:
+        with client.stream("GET", "/alerts/stream") as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.iter_lines()
+            assert next(lines).startswith(":"), "subscribed comment first"
+            assert api.metric("streamstate_api_sse_clients") == 1
+            publish(bootstrap, api_topics.alerts, [(a.alert_id, a.to_json()) for a in (first, first, second)])
+            event_name = None
+            for line in lines:
+                if line.startswith(":"):
+                    comments += 1
+                elif line.startswith("event: "):
+                    event_name = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    events.append((event_name, json.loads(line.removeprefix("data: "))))
+                    if len(events) == 2:
+                        break
+            # Keep-alives arrive while nothing happens.
+            for line in lines:
+                if line.startswith(":"):
+                    break
+    assert [(name, body["alert_id"]) for name, body in events] == [("alert", first.alert_id), ("alert", second.alert_id)]
+    wait_until(lambda: api.metric("streamstate_api_sse_clients") == 0, what="the stream client to be forgotten")
+    assert api.metric("streamstate_api_requests_total", route="/alerts/stream", method="GET", status="200") == 1
+
+
+def test_unreachable_broker_keeps_the_process_alive_and_not_ready(api_topics, start_api):
+    api = start_api(api_topics, bootstrap_servers=f"127.0.0.1:{free_port()}", api_retry_s="0.5")
+    api.wait_listening()
+    report = wait_until(
+        lambda: (r := api.get("/readyz").json()) and "unreachable" in r["reason"] and r, what="an unreachable reason"
+    )
+    assert report["ready"] is False
+    assert api.get("/readyz").status_code == 503
+    assert api.metric("streamstate_api_broker_up") == 0 and api.metric("streamstate_api_ready") == 0
+    time.sleep(2)
+    assert api.popen.poll() is None and api.get("/healthz").status_code == 200
+    body = api.get("/sessions").json()
+    assert body["items"] == [] and body["freshness"]["caught_up"] is False
