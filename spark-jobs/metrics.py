@@ -28,12 +28,15 @@ import ast
 import json
 import logging
 import threading
+import typing
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
+
+from streamstate.contracts import ClosedSession
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ ALERT_KINDS_BY_JOB: dict[str, tuple[str, ...]] = {
     "sessions": ("bot_burst", "purchase_without_view", "long_session"),
     "anomalies": ("anomaly",),
 }
-SESSION_END_REASONS = ("logout", "inactivity")
+SESSION_END_REASONS: tuple[str, ...] = typing.get_args(ClosedSession.model_fields["ended_by"].annotation)
 
 # Micro-batches here take from tens of milliseconds (empty) to minutes (a backlog).
 BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)

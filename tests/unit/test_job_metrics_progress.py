@@ -106,3 +106,9 @@ def test_records_out_binds_the_job_label():
     assert metrics.registry.get_sample_value(
         "streamstate_job_records_out_total", {"job": "anomalies", "topic": "alerts"}
     ) == 3
+
+
+def test_session_end_reasons_follow_the_closed_session_contract():
+    metrics = JobMetrics(job="sessions")
+    for reason in ("logout", "timeout"):
+        assert metrics.registry.get_sample_value("streamstate_sessions_closed_total", {"ended_by": reason}) == 0
