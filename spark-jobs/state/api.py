@@ -1,0 +1,244 @@
+"""``map_with_state`` and ``update_state_by_key`` on Structured Streaming DataFrames.
+
+Both lay the input out for :class:`~streamstate.jobs.state.processor.MappingProcessor`, run it
+under ``groupBy(key).transformWithState`` and decode its rows (``kind``: output | snapshot |
+dead_letter) into the three DataFrames of a :class:`StateResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    MapType,
+    NumericType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from streamstate.contracts import spark_schema
+from streamstate.jobs.state.processor import (
+    DEAD_LETTER,
+    INPUT_COLUMNS,
+    OUTPUT,
+    OUTPUT_SCHEMA,
+    SNAPSHOT,
+    MappingProcessor,
+    Plan,
+)
+from streamstate.jobs.state.spec import Duration, LateRecords, StateSpec
+from streamstate.jobs.state.state import StateCodec
+
+SOURCE_COLUMNS = ("topic", "partition", "offset")
+OutputSchema = str | StructType | type[BaseModel] | None
+
+
+@dataclass(frozen=True)
+class StateResult:
+    """The stateful operator's rows (:attr:`all`) and their three decoded views.
+
+    Each view of a streaming ``all`` is its own plan: a query per view would run the state
+    operator once per query. Run ONE query on :attr:`all` (``writeStream.foreachBatch``) and
+    route each batch with :meth:`outputs_of`, :meth:`snapshots_of` and :meth:`dead_letters_of`.
+    """
+
+    all: DataFrame
+    output_schema: OutputSchema = None
+    output_column: str = "output"
+    source_columns: bool = False
+
+    @property
+    def outputs(self) -> DataFrame:
+        """The function's outputs: ``key`` plus ``output`` (JSON) or the typed output columns."""
+        return self.outputs_of(self.all)
+
+    def state_snapshots(self) -> DataFrame:
+        """``(key, state)`` for each key whose state changed in the batch; ``state`` NULL on removal."""
+        return self.snapshots_of(self.all)
+
+    def dead_letters(self) -> DataFrame:
+        """``(key, reason, value)`` (+ ``topic, partition, offset`` when the input had them)."""
+        return self.dead_letters_of(self.all)
+
+    def outputs_of(self, rows: DataFrame) -> DataFrame:
+        """The outputs among ``rows`` (a batch of :attr:`all`)."""
+        outputs = rows.where(F.col("kind") == OUTPUT)
+        if self.output_schema is None:
+            return outputs.select("key", F.col("payload").alias(self.output_column))
+        schema = spark_schema(self.output_schema) if isinstance(self.output_schema, type) else self.output_schema
+        return outputs.select("key", F.from_json("payload", schema).alias("__ss_out")).select("key", "__ss_out.*")
+
+    def snapshots_of(self, rows: DataFrame) -> DataFrame:
+        """The state snapshots among ``rows`` (a batch of :attr:`all`)."""
+        return rows.where(F.col("kind") == SNAPSHOT).select("key", F.col("payload").alias("state"))
+
+    def dead_letters_of(self, rows: DataFrame) -> DataFrame:
+        """The dead letters among ``rows`` (a batch of :attr:`all`)."""
+        columns = ["key", "reason", F.col("payload").alias("value")]
+        if self.source_columns:
+            columns += list(SOURCE_COLUMNS)
+        return rows.where(F.col("kind") == DEAD_LETTER).select(*columns)
+
+
+def map_with_state(
+    df: DataFrame,
+    key: str,
+    spec: StateSpec,
+    value: str | Sequence[str] | None = None,
+    output_schema: OutputSchema = None,
+) -> StateResult:
+    """Keep per-key state over a streaming ``df`` with ``spec``'s function, like DStream ``mapWithState``.
+
+    ``value`` picks what the function receives per record: one column's value, a dict of the
+    named columns, or (default) the whole row as a dict. ``output_schema`` (DDL, StructType or
+    pydantic model) types the output columns; by default outputs are one JSON column ``output``.
+    """
+    return _run(df, key, spec, value, output_schema, "output")
+
+
+def update_state_by_key(
+    df: DataFrame,
+    key: str,
+    func: Callable[[list, Any], Any],
+    value: str | Sequence[str] | None = None,
+    num_partitions: int | None = None,
+    initial_state: Any = None,
+    timeout: Duration | None = None,
+    event_time: str | None = None,
+    state_type: Any = None,
+    late: LateRecords = "process",
+) -> StateResult:
+    """DStream ``updateStateByKey``: ``func(new_values, old_state) -> new_state | None`` per touched key.
+
+    Only keys with new data in the batch (or, with ``timeout``, keys idle that long: then
+    ``new_values`` is empty) are called; ``None`` removes the key. The outputs are
+    ``(key, state)`` with ``state`` as JSON for every key that keeps a state.
+    """
+    spec = StateSpec.batch_function(_state_updater(func)).initial_state(initial_state)
+    if num_partitions is not None:
+        spec = spec.num_partitions(num_partitions)
+    if timeout is not None:
+        spec = spec.timeout(timeout)
+    if event_time is not None:
+        spec = spec.event_time(event_time, late)
+    if state_type is not None:
+        spec = spec.state_type(state_type)
+    return _run(df, key, spec, value, None, "state")
+
+
+def _state_updater(func: Callable[[list, Any], Any]):
+    def update(key: Any, values: list, state) -> list:
+        new_state = func(values, state.get_option())
+        if new_state is None:
+            if state.exists():
+                state.remove()
+            return []
+        state.update(new_state)
+        return [new_state]
+
+    return update
+
+
+# --------------------------------------------------------------------------- wiring
+def _run(
+    df: DataFrame, key: str, spec: StateSpec, value: Any, output_schema: OutputSchema, output_column: str
+) -> StateResult:
+    if key not in df.columns:
+        raise ValueError(f"key column {key!r} is not among the input columns {df.columns}")
+    layout = _input_layout(df, key, spec, value)
+    if spec.partitions is not None:
+        layout = layout.repartition(_checked_partitions(df, spec.partitions), INPUT_COLUMNS[0])
+    plan = Plan(
+        func=spec.func,
+        per_record=spec.per_record,
+        codec=StateCodec(spec.state_cls),
+        timeout_ms=spec.timeout_ms,
+        event_time=spec.event_time_column is not None,
+        late_to_dead_letter=spec.late_records == "dead_letter",
+        ordered_by_offset="offset" in df.columns,
+    )
+    initial = None
+    if spec.initial is not None:
+        initial = _initial_state(df, key, spec).groupBy(INPUT_COLUMNS[0])
+    rows = layout.groupBy(INPUT_COLUMNS[0]).transformWithState(
+        statefulProcessor=MappingProcessor(plan),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime" if plan.event_time else "ProcessingTime",
+        initialState=initial,
+    )
+    return StateResult(
+        all=rows,
+        output_schema=output_schema,
+        output_column=output_column,
+        source_columns=all(c in df.columns for c in SOURCE_COLUMNS),
+    )
+
+
+def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataFrame:
+    if value is None:
+        value_col = F.struct(*[df[c] for c in df.columns])
+    elif isinstance(value, str):
+        value_col = df[value]
+    else:
+        value_col = F.struct(*[df[c] for c in value])
+    columns: list[Column] = [df[key], value_col, _event_time_ms(df, spec.event_time_column)]
+    columns += [
+        (df[name] if name in df.columns else F.lit(None)).cast(cast)
+        for name, cast in zip(SOURCE_COLUMNS, ("string", "int", "long"))
+    ]
+    return df.select(*[c.alias(name) for c, name in zip(columns, INPUT_COLUMNS)])
+
+
+def _event_time_ms(df: DataFrame, column: str | None) -> Column:
+    if column is None:
+        return F.lit(None).cast("long")
+    if column not in df.columns:
+        raise ValueError(f"event-time column {column!r} is not among the input columns {df.columns}")
+    data_type = df.schema[column].dataType
+    if isinstance(data_type, (TimestampType, TimestampNTZType)):
+        # A derived column carries no watermark metadata, so Spark does not silently drop late
+        # rows before the function sees them; the spec's `late` option decides instead.
+        return F.unix_millis(df[column])
+    if isinstance(data_type, NumericType):
+        return df[column].cast("long")
+    raise ValueError(f"event-time column {column!r} must be a timestamp or epoch milliseconds, not {data_type.simpleString()}")
+
+
+def _checked_partitions(df: DataFrame, partitions: int) -> int:
+    configured = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if partitions != configured:
+        raise ValueError(
+            f"num_partitions({partitions}) differs from spark.sql.shuffle.partitions={configured}: Structured "
+            "Streaming fixes a stateful operator's partition count to that setting when the query first starts; "
+            "set STREAMSTATE_SHUFFLE_PARTITIONS (Settings.shuffle_partitions) instead"
+        )
+    return partitions
+
+
+def _initial_state(df: DataFrame, key: str, spec: StateSpec) -> DataFrame:
+    key_type: DataType = df.schema[key].dataType
+    codec = StateCodec(spec.state_cls)
+    if isinstance(spec.initial, DataFrame):
+        initial = spec.initial
+        key_name, state_name = ("key", "state") if {"key", "state"} <= set(initial.columns) else initial.columns[:2]
+        state_type = initial.schema[state_name].dataType
+        if isinstance(state_type, StringType):
+            state = initial[state_name]
+        elif isinstance(state_type, (StructType, MapType, ArrayType)):
+            state = F.to_json(initial[state_name])
+        else:
+            state = initial[state_name].cast("string")
+        return initial.select(initial[key_name].cast(key_type).alias(INPUT_COLUMNS[0]), state.alias("state"))
+    pairs = [(k, codec.encode(s)) for k, s in spec.initial]
+    schema = StructType([StructField(INPUT_COLUMNS[0], key_type), StructField("state", StringType())])
+    return df.sparkSession.createDataFrame(pairs, schema)

@@ -1,0 +1,140 @@
+"""``StateSpec``: what a stateful mapping needs (function, initial state, partitions, timeout, clock).
+
+A spec is a plain, picklable description; it is shipped to the Spark workers as part of
+the stateful processor, and the in-memory reference driver reads the same object.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Literal
+
+_UNIT_MS = {
+    "ms": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "sec": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
+
+Duration = str | int | dt.timedelta
+LateRecords = Literal["process", "dead_letter"]
+
+
+def duration_ms(duration: Duration) -> int:
+    """Milliseconds of ``"30 minutes"`` (Spark-style text), an int of milliseconds, or a timedelta.
+
+    >>> duration_ms("30 minutes"), duration_ms(1500), duration_ms(dt.timedelta(seconds=2))
+    (1800000, 1500, 2000)
+    """
+    if isinstance(duration, bool):
+        raise ValueError(f"timeout must be a duration, got {duration!r}")
+    if isinstance(duration, dt.timedelta):
+        ms = int(duration.total_seconds() * 1000)
+    elif isinstance(duration, int):
+        ms = duration
+    elif isinstance(duration, str):
+        match = _DURATION.match(duration.lower())
+        if not match or match.group(2) not in _UNIT_MS:
+            raise ValueError(
+                f"cannot read duration {duration!r}: expected e.g. '30 minutes', '10 seconds', '500 ms'"
+            )
+        ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    else:
+        raise ValueError(f"timeout must be a str, int (ms) or timedelta, got {type(duration).__name__}")
+    if ms <= 0:
+        raise ValueError(f"timeout must be positive, got {duration!r}")
+    return ms
+
+
+# (key, value | None, state) -> output | None | list of outputs
+RecordFunction = Callable[[Any, Any, Any], Any]
+# (key, values, state) -> iterable of outputs
+BatchFunction = Callable[[Any, list, Any], Iterable[Any] | None]
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """How to keep per-key state: build with :meth:`function` or :meth:`batch_function`, then chain.
+
+    Every chained method returns a new spec (a spec is immutable, so one spec can be reused).
+    """
+
+    func: Callable[..., Any]
+    per_record: bool = True
+    initial: Any = None
+    partitions: int | None = None
+    timeout_ms: int | None = None
+    event_time_column: str | None = None
+    late_records: LateRecords = "process"
+    state_cls: Any = None
+
+    @classmethod
+    def function(cls, func: RecordFunction) -> StateSpec:
+        """Per-record mapping function ``func(key, value | None, state) -> output | None | list``.
+
+        It is called once per record, in event-time order when :meth:`event_time` is set
+        (else in source order), and once with ``value=None`` when the key is timing out.
+        A returned ``list`` is several outputs; any other non-None value (a tuple too) is one.
+        """
+        if not callable(func):
+            raise TypeError(f"StateSpec.function needs a callable, got {type(func).__name__}")
+        return cls(func=func, per_record=True)
+
+    @classmethod
+    def batch_function(cls, func: BatchFunction) -> StateSpec:
+        """Per-key batch function ``func(key, values: list, state) -> iterable of outputs``.
+
+        It is called once per key with that key's values of the micro-batch (sorted by the
+        event-time column when set), and with ``values=[]`` only when the key is timing out.
+        """
+        if not callable(func):
+            raise TypeError(f"StateSpec.batch_function needs a callable, got {type(func).__name__}")
+        return cls(func=func, per_record=False)
+
+    def initial_state(self, initial: Any) -> StateSpec:
+        """Start from a DataFrame with columns ``(key, state)`` or a list of ``(key, state)`` pairs.
+
+        A string ``state`` column is read as JSON text; other columns are taken as values.
+        """
+        return replace(self, initial=initial)
+
+    def num_partitions(self, partitions: int) -> StateSpec:
+        """Repartition the input by key into this many partitions before the state operator."""
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise ValueError(f"num_partitions must be a positive int, got {partitions!r}")
+        return replace(self, partitions=partitions)
+
+    def timeout(self, idle: Duration) -> StateSpec:
+        """Time a key out after this idle duration since its last record (see :meth:`event_time`)."""
+        return replace(self, timeout_ms=duration_ms(idle))
+
+    def event_time(self, column: str, late: LateRecords = "process") -> StateSpec:
+        """Order records and run timeouts in event time, from this timestamp (or epoch-ms) column.
+
+        The input needs a watermark (``df.withWatermark(column, ...)``); a key times out once the
+        watermark passes its last event time plus the timeout. ``late="dead_letter"`` sends records
+        at or behind the watermark to the dead letters instead of the function.
+        """
+        if late not in ("process", "dead_letter"):
+            raise ValueError(f"late must be 'process' or 'dead_letter', got {late!r}")
+        return replace(self, event_time_column=column, late_records=late)
+
+    def state_type(self, state_cls: Any) -> StateSpec:
+        """Keep the state as this type (a pydantic model, dataclass, or any pydantic-validatable type)."""
+        return replace(self, state_cls=state_cls)

@@ -1,0 +1,161 @@
+"""The ``State`` handed to user functions, and how a state value becomes JSON and back.
+
+State values are any JSON value (default) or a declared type (pydantic model, dataclass, ...).
+They live as JSON text in the state store, so a state written by an older release is checked
+against the declared type when read: a mismatch is a :class:`StateTypeError` naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+
+class StateTypeError(TypeError):
+    """A stored state does not match the spec's declared ``state_type`` (e.g. after a release)."""
+
+
+class StateUsageError(RuntimeError):
+    """The user function used its ``State`` wrongly (get on a missing state, update after remove, ...)."""
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON of an output or state value; NaN/Infinity are refused (they are not JSON)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_model_default)
+
+
+def lenient_json(value: Any) -> str:
+    """JSON for diagnostics (dead-letter values): anything unknown is written as its ``str``."""
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _model_default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def describe_key(key: Any) -> str:
+    """The key as the string used in snapshot, output and dead-letter rows."""
+    return key if isinstance(key, str) else lenient_json(key)
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: message`` on one line, for dead-letter reasons."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class StateCodec:
+    """Encodes state values to JSON text and decodes them, checking a declared type if any."""
+
+    def __init__(self, state_cls: Any = None):
+        self.state_cls = state_cls
+
+    @cached_property
+    def _adapter(self) -> TypeAdapter | None:
+        # Built lazily: TypeAdapters are not picklable, the codec travels to the workers.
+        return None if self.state_cls is None else TypeAdapter(self.state_cls)
+
+    def __getstate__(self) -> dict:
+        return {"state_cls": self.state_cls}
+
+    @property
+    def type_name(self) -> str:
+        return getattr(self.state_cls, "__name__", repr(self.state_cls))
+
+    def encode(self, value: Any) -> str:
+        if self._adapter is None:
+            return to_json(value)
+        checked = self._adapter.validate_python(value, from_attributes=True)
+        return self._adapter.dump_json(checked).decode()
+
+    def decode(self, key: Any, text: str) -> Any:
+        if self._adapter is None:
+            return json.loads(text)
+        try:
+            return self._adapter.validate_json(text)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in error.errors()[:3]
+            )
+            raise StateTypeError(
+                f"stored state of key {describe_key(key)!r} is not a valid {self.type_name} "
+                f"(was it written by an older release?): {problems}; stored: {text[:200]}"
+            ) from None
+
+
+_MISSING = object()
+
+
+class State:
+    """Per-key state as seen by a user function, like Spark's ``State[S]``.
+
+    ``watermark_ms`` and ``processing_time_ms`` are the micro-batch's event-time watermark and
+    processing time (epoch ms; -1 when unknown).
+    """
+
+    __slots__ = ("key", "_value", "_removed", "_touched", "_timing_out", "watermark_ms", "processing_time_ms")
+
+    def __init__(self, key: Any, value: Any = _MISSING, *, watermark_ms: int = -1, processing_time_ms: int = -1):
+        self.key = key
+        self._value = value
+        self._removed = False
+        self._touched = False
+        self._timing_out = False
+        self.watermark_ms = watermark_ms
+        self.processing_time_ms = processing_time_ms
+
+    def exists(self) -> bool:
+        """Whether the key has a state."""
+        return self._value is not _MISSING
+
+    def get(self) -> Any:
+        """The state; raises :class:`StateUsageError` when there is none (see :meth:`get_option`)."""
+        if self._value is _MISSING:
+            raise StateUsageError(
+                f"state of key {describe_key(self.key)!r} does not exist; check exists() or use get_option()"
+            )
+        return self._value
+
+    def get_option(self, default: Any = None) -> Any:
+        """The state, or ``default`` when there is none."""
+        return default if self._value is _MISSING else self._value
+
+    def update(self, new_state: Any) -> None:
+        """Set the state. Allowed while timing out: the key is then kept (with no timer until new data)."""
+        if new_state is None:
+            raise StateUsageError("cannot update the state to None; call state.remove() to remove it")
+        if self._removed:
+            raise StateUsageError(
+                f"cannot update the state of key {describe_key(self.key)!r} after it has been removed"
+            )
+        self._value = new_state
+        self._touched = True
+
+    def remove(self) -> None:
+        """Remove the key's state (a tombstone snapshot is emitted)."""
+        if self._removed:
+            raise StateUsageError(
+                f"cannot remove the state of key {describe_key(self.key)!r}: it has already been removed"
+            )
+        self._value = _MISSING
+        self._removed = True
+        self._touched = True
+
+    def is_timing_out(self) -> bool:
+        """True only in the call made (with no value) because the key has been idle for the timeout."""
+        return self._timing_out
+
+    # ----------------------------------------------------------------- driver side
+    def _begin_call(self, timing_out: bool = False) -> None:
+        self._removed = False
+        self._touched = False
+        self._timing_out = timing_out
+
+    def _reset(self, value: Any) -> None:
+        self._value = value
