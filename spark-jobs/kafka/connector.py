@@ -1,0 +1,151 @@
+"""Choosing between Spark's built-in ``kafka`` format and ``streamstate_kafka``, and the
+entry points the jobs call: :func:`read_kafka`, :func:`write_kafka`, :func:`kafka_sink_options`.
+
+``Settings.kafka_source`` decides: ``builtin`` and ``python`` force a format, ``auto``
+takes the built-in connector when its provider class loads in the driver's JVM. Both
+formats give the same columns (key, value, topic, partition, offset, timestamp,
+timestampType) and accept the same option names.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from streamstate.jobs.kafka.datasource import SHORT_NAME, KafkaDataSource
+from streamstate.jobs.kafka.producer import produce_batches
+from streamstate.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BUILTIN_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+KafkaFormat = Literal["builtin", "python"]
+
+
+class KafkaConnectorUnavailable(RuntimeError):
+    """kafka_source=builtin was asked for but the connector is not on Spark's classpath."""
+
+
+def builtin_kafka_available(spark: SparkSession) -> bool:
+    """True when Spark's Kafka connector (spark-sql-kafka-0-10) loads in the driver's JVM."""
+    jvm = getattr(spark.sparkContext, "_jvm", None) if not _is_connect(spark) else None
+    if jvm is None:
+        return False
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(BUILTIN_PROVIDER, True, False)
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException; any failure means "not usable"
+        return False
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def kafka_format(spark: SparkSession, settings: Settings) -> KafkaFormat:
+    """The Kafka format to use under ``settings.kafka_source`` (auto|builtin|python)."""
+    choice = settings.kafka_source
+    if choice == "python":
+        return "python"
+    available = builtin_kafka_available(spark)
+    if choice == "builtin" and not available:
+        raise KafkaConnectorUnavailable(
+            f"kafka_source=builtin, but {BUILTIN_PROVIDER} does not load: add the spark-sql-kafka-0-10 jars "
+            "(spark.jars.packages) or set STREAMSTATE_KAFKA_SOURCE=python/auto"
+        )
+    return "builtin" if available else "python"
+
+
+def _spark_format(spark: SparkSession, settings: Settings) -> str:
+    if kafka_format(spark, settings) == "builtin":
+        return "kafka"
+    register_python_source(spark)
+    return SHORT_NAME
+
+
+_registered: set[int] = set()
+
+
+def register_python_source(spark: SparkSession) -> None:
+    """Register ``streamstate_kafka`` with this session (once per session)."""
+    if id(spark) not in _registered:
+        spark.dataSource.register(KafkaDataSource)
+        _registered.add(id(spark))
+
+
+def read_kafka(
+    spark: SparkSession,
+    settings: Settings,
+    subscribe: str,
+    startingOffsets: str = "earliest",  # noqa: N803 - Spark's option names, on purpose
+    maxOffsetsPerTrigger: int | None = None,  # noqa: N803
+    failOnDataLoss: str = "true",  # noqa: N803
+    **extra_options: str,
+) -> DataFrame:
+    """A streaming DataFrame of Kafka records: key binary, value binary, topic string,
+    partition int, offset long, timestamp timestamp, timestampType int.
+
+    ``subscribe`` is one topic or several, comma-separated. ``startingOffsets`` is
+    earliest, latest or Spark's JSON (``{"t":{"0":23,"1":-2}}``). ``maxOffsetsPerTrigger``
+    defaults to ``settings.max_offsets_per_trigger``. ``extra_options`` pass through, e.g.
+    ``**{"kafka.fetch.max.bytes": "1048576"}``; ``kafka.bootstrap.servers`` defaults to
+    ``settings.bootstrap_servers``.
+    """
+    options: dict[str, str] = {
+        "kafka.bootstrap.servers": settings.bootstrap_servers,
+        "subscribe": subscribe,
+        "startingOffsets": startingOffsets,
+        "failOnDataLoss": str(failOnDataLoss).lower(),
+    }
+    limit = maxOffsetsPerTrigger if maxOffsetsPerTrigger is not None else settings.max_offsets_per_trigger
+    if limit is not None:
+        options["maxOffsetsPerTrigger"] = str(limit)
+    options.update({k: str(v) for k, v in extra_options.items()})
+    return spark.readStream.format(_spark_format(spark, settings)).options(**options).load()
+
+
+def kafka_sink_options(settings: Settings, topic: str, **extra_options: str) -> dict[str, str]:
+    """Options for ``df.writeStream.format(kafka_sink_format(...)).options(**...)`` or a batch write."""
+    return {"kafka.bootstrap.servers": settings.bootstrap_servers, "topic": topic, **extra_options}
+
+
+def kafka_sink_format(spark: SparkSession, settings: Settings) -> str:
+    """``kafka`` (built-in) or ``streamstate_kafka`` (registered on the way) for a sink."""
+    return _spark_format(spark, settings)
+
+
+def _sink_columns(df: DataFrame) -> DataFrame:
+    columns = [F.col("key").cast("binary").alias("key")] if "key" in df.columns else [F.lit(None).cast("binary").alias("key")]
+    columns.append(F.col("value").cast("binary").alias("value"))
+    if "headers" in df.columns:
+        columns.append(F.col("headers"))
+    return df.select(*columns)
+
+
+def write_kafka(batch_df: DataFrame, settings: Settings, topic: str, **extra_options: str) -> int:
+    """Write a *batch* DataFrame of key (string/binary, nullable), value (string/binary;
+    null = tombstone) and optional headers to ``topic``; for use inside ``foreachBatch``.
+
+    Blocks until every record is acknowledged and returns how many were written; any
+    delivery error raises, failing the micro-batch so that Spark retries it.
+    """
+    frame = _sink_columns(batch_df)
+    spark = frame.sparkSession
+    if kafka_format(spark, settings) == "builtin":
+        observed = Observation(f"kafka_sink_{topic}")
+        frame = frame.observe(observed, F.count(F.lit(1)).alias("records"))
+        frame.write.format("kafka").options(**kafka_sink_options(settings, topic, **extra_options)).save()
+        return int(observed.get["records"])
+    client_conf = {k[len("kafka."):]: v for k, v in extra_options.items() if k.startswith("kafka.")}
+    client_conf.setdefault("bootstrap.servers", settings.bootstrap_servers)
+
+    def produce(batches):
+        import pyarrow as pa
+
+        yield pa.RecordBatch.from_pydict({"records": [produce_batches(batches, client_conf, topic)]})
+
+    counts = frame.mapInArrow(produce, "records long").agg(F.sum("records").alias("records")).collect()
+    return int(counts[0]["records"] or 0)
