@@ -151,7 +151,7 @@ class SessionSnapshot(_Record):
 class LastAnomaly(_Record):
     ts: int
     value: float
-    z: float
+    z: float | None = Field(description="Null when the window was constant (std 0).")
 
 
 class MetricSnapshot(_Record):
