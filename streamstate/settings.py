@@ -39,6 +39,10 @@ class Settings(BaseSettings):
 
     # --- Spark -----------------------------------------------------------------
     spark_master: str = Field("local[2]", description="Spark master URL (local[N], spark://, k8s://).")
+    spark_driver_host: str = Field(
+        "127.0.0.1",
+        description="Address the executors reach the driver at (the job container's name on a cluster).",
+    )
     shuffle_partitions: int = Field(
         4, ge=1, description="State partitions; fixed per checkpoint once a query has run."
     )
