@@ -1,0 +1,107 @@
+"""Reading docker-compose.yml, the Dockerfiles and .env for the compose tests."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streamstate.settings import REPO_ROOT
+
+COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+ENV_FILE = REPO_ROOT / ".env"
+DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile",
+               REPO_ROOT / "producers" / "Dockerfile"]
+INSTALL_SCRIPT = REPO_ROOT / "infra" / "install-test-deps.sh"
+
+
+def compose() -> dict[str, Any]:
+    """docker-compose.yml as written (anchors merged, variables not interpolated)."""
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def env_file() -> dict[str, str]:
+    entries = {}
+    for line in ENV_FILE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            entries[key.strip()] = value.strip()
+    return entries
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+@dataclass
+class Dockerfile:
+    """The parts of a Dockerfile the checks need (continuation lines joined)."""
+
+    path: Path
+    instructions: list[tuple[str, str]]
+    args: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> "Dockerfile":
+        text = re.sub(r"\\\n", " ", path.read_text())
+        instructions = []
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                keyword, _, rest = line.partition(" ")
+                instructions.append((keyword.upper(), rest.strip()))
+        args = {}
+        for keyword, rest in instructions:
+            if keyword == "ARG" and "=" in rest:
+                name, _, default = rest.partition("=")
+                args[name.strip()] = default.strip()
+        return cls(path, instructions, args)
+
+    def expand(self, text: str) -> str:
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: self.args.get(m[1] or m[2], m[0]), text)
+
+    def base_images(self) -> list[str]:
+        stages = {rest.split()[-1] for k, rest in self.instructions if k == "FROM" and " AS " in rest.upper()}
+        images = [self.expand(rest.split()[0]) for k, rest in self.instructions if k == "FROM"]
+        return [image for image in images if image not in stages]
+
+    def copy_sources(self) -> list[str]:
+        """Sources of COPY/ADD from the build context (not from other stages)."""
+        sources = []
+        for keyword, rest in self.instructions:
+            if keyword in ("COPY", "ADD"):
+                parts = [p for p in rest.split() if not p.startswith("--")]
+                if "--from=" not in rest:
+                    sources.extend(parts[:-1])
+        return sources
+
+    def last_user(self) -> str | None:
+        users = [rest for keyword, rest in self.instructions if keyword == "USER"]
+        return users[-1] if users else None
+
+    def run_text(self) -> str:
+        return "\n".join(rest for keyword, rest in self.instructions if keyword == "RUN")
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of ``name[:tag][@digest]``, None when there is none."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def docker_compose_binary() -> str:
+    """Debian's docker-compose (v1, validates offline); installed by the test set-up script."""
+    if shutil.which("docker-compose") is None:
+        subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=600)
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        raise RuntimeError(f"docker-compose is not installed and {INSTALL_SCRIPT} could not install it")
+    return binary

@@ -1,0 +1,173 @@
+"""Offline checks of docker-compose.yml and the Dockerfiles: no Docker engine needed."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from streamstate.observability import COMPOSE_TARGETS
+from streamstate.settings import REPO_ROOT
+from tests.compose.compose_files import (
+    COMPOSE_FILE,
+    DOCKERFILES,
+    Dockerfile,
+    compose,
+    docker_compose_binary,
+    env_file,
+    image_tag,
+    pyproject,
+)
+
+SERVICES = compose()["services"]
+ONE_SHOT = {name for name, service in SERVICES.items() if service.get("restart") == "no"}
+LONG_RUNNING = set(SERVICES) - ONE_SHOT
+
+
+def test_docker_compose_config_is_valid():
+    result = subprocess.run(
+        [docker_compose_binary(), "-f", str(COMPOSE_FILE), "config", "-q"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "variable is not set" not in result.stderr, result.stderr
+
+
+def test_every_variable_the_compose_file_uses_is_in_dot_env():
+    used = set(re.findall(r"\$\{(\w+)\}", COMPOSE_FILE.read_text()))
+    missing = used - set(env_file())
+    assert not missing, f".env lacks {sorted(missing)}"
+
+
+def test_dot_env_leaves_the_embedded_defaults_alone():
+    # Settings also reads .env: a STREAMSTATE_* key here would change every local run.
+    assert not [key for key in env_file() if key.startswith("STREAMSTATE_")]
+
+
+def test_every_path_the_compose_file_references_exists():
+    missing = []
+    for name, service in SERVICES.items():
+        build = service.get("build")
+        if build:
+            context = REPO_ROOT / build["context"]
+            if not context.is_dir():
+                missing.append(f"{name}: build context {build['context']}")
+            if not (context / build.get("dockerfile", "Dockerfile")).is_file():
+                missing.append(f"{name}: dockerfile {build.get('dockerfile')}")
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith(".") and not (REPO_ROOT / source).exists():
+                missing.append(f"{name}: volume {source}")
+    assert not missing, "compose references missing paths:\n" + "\n".join(missing)
+
+
+def test_compose_builds_exactly_the_three_dockerfiles():
+    built = {REPO_ROOT / s["build"]["dockerfile"] for s in SERVICES.values() if "build" in s}
+    assert built == set(DOCKERFILES)
+
+
+def test_every_image_is_pinned_to_a_tag():
+    images = [f"{name}: {s['image']}" for name, s in SERVICES.items() if "image" in s]
+    images += [f"{d.path.relative_to(REPO_ROOT)}: {image}" for d in map(Dockerfile.read, DOCKERFILES)
+               for image in d.base_images()]
+    unpinned = [entry for entry in images if image_tag(entry.split(": ", 1)[1]) in (None, "latest")]
+    assert not unpinned, "images without a pinned tag:\n" + "\n".join(unpinned)
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_dockerfile_copy_sources_exist_and_are_not_dockerignored(path):
+    ignored = [line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    problems = []
+    for source in Dockerfile.read(path).copy_sources():
+        if not (REPO_ROOT / source).exists():
+            problems.append(f"{source}: missing")
+        top = source.rstrip("/").split("/")[0]
+        if any(fnmatch.fnmatch(source.rstrip("/"), pattern) or fnmatch.fnmatch(top, pattern) for pattern in ignored):
+            problems.append(f"{source}: excluded by .dockerignore")
+    assert not problems, f"{path}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_dockerfile_copies_every_source_folder_of_the_package(path):
+    # `pip install .` fails unless every folder of the package-dir mapping is there.
+    folders = set(pyproject()["tool"]["setuptools"]["package-dir"].values())
+    copied = {source.rstrip("/") for source in Dockerfile.read(path).copy_sources()}
+    assert not {f.split("/")[0] for f in folders} - copied, f"{path} misses package folders"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_dockerfile_runs_as_a_non_root_user(path):
+    user = Dockerfile.read(path).last_user()
+    assert user and user.split(":")[0] not in ("root", "0"), f"{path}: final USER is {user!r}"
+
+
+def test_spark_image_uses_the_pinned_pyspark_version():
+    pins = dict(re.match(r"([\w-]+)==(\S+)", r).groups() for r in pyproject()["project"]["dependencies"])
+    spark = Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile")
+    assert spark.args["SPARK_VERSION"] == pins["pyspark"]
+
+
+def test_every_long_running_service_has_a_healthcheck():
+    missing = sorted(name for name in LONG_RUNNING if "test" not in SERVICES[name].get("healthcheck", {}))
+    assert not missing, f"no healthcheck: {missing}"
+
+
+def test_dependencies_wait_for_health_or_completion():
+    for name, service in SERVICES.items():
+        for dependency, spec in (service.get("depends_on") or {}).items():
+            expected = "service_completed_successfully" if dependency in ONE_SHOT else "service_healthy"
+            assert spec.get("condition") == expected, f"{name} -> {dependency}: condition {spec.get('condition')}"
+
+
+def test_jobs_run_on_the_standalone_cluster_with_s3a_checkpoints():
+    for job in ("sessions-job", "anomalies-job"):
+        environment = SERVICES[job]["environment"]
+        assert environment["STREAMSTATE_SPARK_MASTER"] == "spark://spark-master:7077"
+        assert environment["STREAMSTATE_CHECKPOINT_ROOT"].startswith("s3a://")
+        assert environment["STREAMSTATE_SPARK_DRIVER_HOST"] == SERVICES[job]["hostname"]
+    workers = [s for s in SERVICES.values() if "deploy.worker.Worker" in " ".join(s.get("command", []))]
+    assert len(workers) == 2
+
+
+def test_prometheus_scrapes_services_that_exist_on_their_ports():
+    for job, target in COMPOSE_TARGETS.items():
+        host, port = target.rsplit(":", 1)
+        if host == "localhost":
+            continue
+        assert host in SERVICES, f"scrape job {job}: no compose service {host}"
+        environment = json.dumps(SERVICES[host].get("environment", {}))
+        assert port in environment, f"scrape job {job}: {host} does not serve port {port}"
+
+
+@pytest.mark.parametrize(
+    "path, entry_modules",
+    [
+        (REPO_ROOT / "services" / "Dockerfile", ["streamstate.api.__main__"]),
+        (REPO_ROOT / "producers" / "Dockerfile", ["streamstate.producers.cli", "streamstate.cli"]),
+    ],
+    ids=["services", "producers"],
+)
+def test_slim_images_do_not_import_what_they_leave_out(path, entry_modules):
+    match = re.search(r"--without ((?:[\w-]+ ?)+)", Dockerfile.read(path).run_text())
+    assert match, f"{path} installs every dependency; expected a --without list"
+    left_out = {name.lower() for name in match[1].split()}
+    modules = {
+        module
+        for module, distributions in importlib.metadata.packages_distributions().items()
+        if {d.lower() for d in distributions} & left_out
+    }
+    probe = (
+        "import importlib, json, sys\n"
+        f"for m in {entry_modules!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    imported = set(json.loads(result.stdout)) & modules
+    assert not imported, f"{path.parent.name} image leaves out packages its code imports: {sorted(imported)}"
