@@ -173,7 +173,7 @@ def _run(
         statefulProcessor=MappingProcessor(plan),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
-        timeMode="EventTime" if plan.event_time else "ProcessingTime",
+        timeMode=_time_mode(spec),
         initialState=initial,
     )
     return StateResult(
@@ -182,6 +182,14 @@ def _run(
         output_column=output_column,
         source_columns=all(c in df.columns for c in SOURCE_COLUMNS),
     )
+
+
+def _time_mode(spec: StateSpec) -> str:
+    # Spark runs a (no-data) batch at every trigger in ProcessingTime mode, so that mode is
+    # chosen only when a processing-time timeout needs it.
+    if spec.event_time_column is not None:
+        return "EventTime"
+    return "ProcessingTime" if spec.timeout_ms is not None else "None"
 
 
 def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataFrame:

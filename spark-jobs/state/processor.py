@@ -11,6 +11,7 @@ are ``OUTPUT_SCHEMA``, one row per output, state snapshot or dead letter.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -88,11 +89,13 @@ class KeyRun:
         self.deadline = deadline
         self.rows: list[tuple] = []
         value = _MISSING if text is None else plan.codec.decode(key, text)
+        processing_time = timer_values.getCurrentProcessingTimeInMs()
         self.state = State(
             key,
             value,
             watermark_ms=timer_values.getCurrentWatermarkInMs(),
-            processing_time_ms=timer_values.getCurrentProcessingTimeInMs(),
+            # Without timers Spark gives no batch time (timeMode None): the wall clock stands in.
+            processing_time_ms=processing_time if processing_time >= 0 else int(time.time() * 1000),
         )
 
     # ------------------------------------------------------------------ calls

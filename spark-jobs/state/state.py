@@ -95,8 +95,9 @@ _MISSING = object()
 class State:
     """Per-key state as seen by a user function, like Spark's ``State[S]``.
 
-    ``watermark_ms`` and ``processing_time_ms`` are the micro-batch's event-time watermark and
-    processing time (epoch ms; -1 when unknown).
+    ``watermark_ms`` is the micro-batch's event-time watermark (epoch ms; -1 without event
+    time) and ``processing_time_ms`` its processing time (with no timeout set, Spark keeps no
+    batch time and the wall clock at the call stands in).
     """
 
     __slots__ = ("key", "_value", "_removed", "_touched", "_timing_out", "watermark_ms", "processing_time_ms")

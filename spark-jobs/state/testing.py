@@ -1,0 +1,108 @@
+"""Helpers to drive a state query in tests: produce JSON records, run, collect the rows.
+
+A :class:`RowCollector` runs ONE streaming query on ``StateResult.all`` and keeps every row
+(``kind, key, payload, reason, topic, partition, offset``) in arrival order, batch by batch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Iterable
+
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame
+
+from streamstate.jobs.state.api import StateResult
+
+
+def produce_json(bootstrap: str, topic: str, records: Iterable[dict], key_field: str | None = None) -> int:
+    """Write ``records`` as JSON values (key = ``record[key_field]``) and wait for delivery."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    failures: list[str] = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    count = 0
+    for record in records:
+        key = None if key_field is None else str(record[key_field]).encode()
+        producer.produce(topic, value=json.dumps(record).encode(), key=key, on_delivery=delivered)
+        producer.poll(0)
+        count += 1
+    remaining = producer.flush(30)
+    if remaining or failures:
+        raise RuntimeError(f"{remaining} records undelivered to {topic}; errors: {failures[:3]}")
+    return count
+
+
+class RowCollector:
+    """Runs ``result.all`` into memory via foreachBatch; :attr:`batches` holds each batch's rows."""
+
+    def __init__(self, result: StateResult | DataFrame, checkpoint: str, available_now: bool = False):
+        rows = result.all if isinstance(result, StateResult) else result
+        self.batches: list[list[tuple]] = []
+        self._lock = threading.Lock()
+        writer = rows.writeStream.foreachBatch(self._collect).option("checkpointLocation", checkpoint)
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="200 milliseconds")
+        self.query = writer.start()
+
+    def _collect(self, batch: DataFrame, batch_id: int) -> None:
+        collected = [tuple(row) for row in batch.collect()]
+        with self._lock:
+            self.batches.append(collected)
+
+    @property
+    def rows(self) -> list[tuple]:
+        with self._lock:
+            return [row for batch in self.batches for row in batch]
+
+    def settle(self, quiet_s: float = 1.0, limit_s: float = 120.0) -> None:
+        """Process everything available, then wait until no batch ran for ``quiet_s``
+        (a data batch that moved the watermark is followed by a no-data batch firing timers)."""
+        self.query.processAllAvailable()
+        deadline = time.monotonic() + limit_s
+        seen = -1
+        while time.monotonic() < deadline:
+            progress = self.query.lastProgress
+            batch_id = progress["batchId"] if progress else -1
+            if batch_id == seen and not self.query.status["isTriggerActive"]:
+                return
+            seen = batch_id
+            time.sleep(quiet_s)
+            self.query.processAllAvailable()
+        raise TimeoutError(f"query kept running batches for {limit_s} s")
+
+    def wait_for(self, predicate, limit_s: float = 120.0) -> None:
+        """Wait until ``predicate(rows)`` holds (for processing-time timers)."""
+        deadline = time.monotonic() + limit_s
+        while not predicate(self.rows):
+            if self.query.exception() is not None:
+                raise self.query.exception()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {limit_s} s; rows so far: {self.rows[-5:]}")
+            time.sleep(0.3)
+
+    def finish(self) -> list[tuple]:
+        """Stop (or, with availableNow, await) the query; every row collected."""
+        if self.query.isActive:
+            self.query.stop()
+        return self.rows
+
+    def await_done(self, limit_s: float = 300.0) -> list[tuple]:
+        """For an availableNow query: wait for it to end, re-raising its failure."""
+        self.query.awaitTermination(limit_s)
+        if self.query.exception() is not None:
+            raise self.query.exception()
+        return self.rows
+
+
+def kinds(rows: Iterable[tuple], kind: str) -> list[tuple]:
+    """The rows of one kind."""
+    return [row for row in rows if row[0] == kind]
+
+
+def as_json(payload: str | None) -> Any:
+    return None if payload is None else json.loads(payload)
