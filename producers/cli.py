@@ -26,6 +26,7 @@ from streamstate.settings import Settings, get_settings
 
 EXIT_OK, EXIT_DELIVERY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUB_COMMANDS = ("events", "metrics", "replay", "record", "demo")
+GENERATED = {"events": "user events", "metrics": "metric points"}  # sub-command -> what it sends
 
 
 class UsageError(Exception):
@@ -97,19 +98,13 @@ def build_parser(settings: Settings) -> OneLineParser:
     parser = OneLineParser(prog="streamstate-produce", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    events = commands.add_parser("events", help="generated user events")
-    _add_connection(events, settings)
-    _add_pace(events)
-    _add_generation(events, "simulated")
-    _add_events(events)
-    events.add_argument("--topic", default=settings.topic_user_events, help="target topic (default: %(default)s)")
-
-    metrics = commands.add_parser("metrics", help="generated metric points")
-    _add_connection(metrics, settings)
-    _add_pace(metrics)
-    _add_generation(metrics, "simulated")
-    _add_metrics(metrics)
-    metrics.add_argument("--topic", default=settings.topic_metrics, help="target topic (default: %(default)s)")
+    for name, add_options, topic in (("events", _add_events, settings.topic_user_events), ("metrics", _add_metrics, settings.topic_metrics)):
+        generated = commands.add_parser(name, help=f"generated {GENERATED[name]}")
+        _add_connection(generated, settings)
+        _add_pace(generated)
+        _add_generation(generated, "simulated")
+        add_options(generated)
+        generated.add_argument("--topic", default=topic, help="target topic (default: %(default)s)")
 
     replay = commands.add_parser("replay", help="send the records of a scenario file")
     replay.add_argument("file", help="JSONL scenario file (see 'record')")
@@ -217,13 +212,10 @@ def _say(message: str) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if getattr(args, "seed", 0) is None:
         args.seed = random.SystemRandom().randrange(2**31)
-    if args.command == "events":
-        records = _limited(_event_generator(args, args.topic), args.count)
-        announce = f"user events to {args.topic} at {args.bootstrap} (seed {args.seed})"
-        return _send(args, records, [args.topic], args.rate, announce, args.count)
-    if args.command == "metrics":
-        records = _limited(_metric_generator(args, args.topic), args.count)
-        announce = f"metric points to {args.topic} at {args.bootstrap} (seed {args.seed})"
+    if args.command in GENERATED:
+        make = _event_generator if args.command == "events" else _metric_generator
+        records = _limited(make(args, args.topic), args.count)
+        announce = f"{GENERATED[args.command]} to {args.topic} at {args.bootstrap} (seed {args.seed})"
         return _send(args, records, [args.topic], args.rate, announce, args.count)
     if args.command == "replay":
         # A first pass checks every line and learns the topics, so a bad file sends nothing.

@@ -77,6 +77,12 @@ def _entity_ids(prefix: str, count: int) -> list[str]:
 class _RecordStream:
     """Shared iteration protocol: a generator is an endless iterator, ``take(n)`` a slice of it."""
 
+    def __init__(self, seed: int, clock: Clock, topic: str) -> None:
+        _check_clock(clock)
+        self.clock = clock
+        self.topic = topic
+        self._rng = random.Random(seed)
+
     def __iter__(self) -> Iterator[ProducedRecord]:
         return self
 
@@ -136,18 +142,15 @@ class UserEventGenerator(_RecordStream):
         session_gap_ms: int = DEFAULT_SESSION_GAP_MS,
     ) -> None:
         _check_rates(duplicate_rate=duplicate_rate, late_rate=late_rate, malformed_rate=malformed_rate)
-        _check_clock(clock)
         if max_lateness_ms < 2:
             raise ValueError(f"max_lateness_ms must be at least 2, got {max_lateness_ms}")
-        self.topic = topic or get_settings().topic_user_events
+        super().__init__(seed, clock, topic or get_settings().topic_user_events)
         self.user_ids = _entity_ids("user", users)
         self.duplicate_rate = duplicate_rate
         self.late_rate = late_rate
         self.malformed_rate = malformed_rate
         self.max_lateness_ms = max_lateness_ms
-        self.clock = clock
         self.session_gap_ms = session_gap_ms
-        self._rng = random.Random(seed)
         self._keys = [u.encode() for u in self.user_ids]
         self._next_action = [self._session_start() for _ in self.user_ids]
         # (scheduled time, user index): the user acting soonest comes first
@@ -275,20 +278,17 @@ class MetricGenerator(_RecordStream):
         min_history: int = 30,
     ) -> None:
         _check_rates(anomaly_rate=anomaly_rate, malformed_rate=malformed_rate)
-        _check_clock(clock)
         if interval_ms < 1:
             raise ValueError(f"interval_ms must be positive, got {interval_ms}")
-        self.topic = topic or get_settings().topic_metrics
+        super().__init__(seed, clock, topic or get_settings().topic_metrics)
         self.series_ids = _entity_ids("series", series)
         self.start_ts = start_ts
         self.interval_ms = interval_ms
         self.anomaly_rate = anomaly_rate
         self.malformed_rate = malformed_rate
-        self.clock = clock
         self.min_history = min_history
         self._planned = self._check_planned(anomalies_at, anomaly_rate)
         self.anomalies: list[tuple[str, int]] = []
-        self._rng = random.Random(seed)
         self._keys = [s.encode() for s in self.series_ids]
         self._baselines = []
         for _ in self.series_ids:
