@@ -1,0 +1,86 @@
+"""Helpers for the Kafka I/O tests: produce with delivery reports, read a topic back
+independently of the code under test, and run a streaming query collecting its batches."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class Delivered:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None, int]]) -> list[Delivered]:
+    """Produce (key, value, partition) records; returns where the broker says each landed."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
+    delivered: list[Delivered] = []
+    errors: list[str] = []
+
+    def report(error, message) -> None:
+        if error is not None:
+            errors.append(error.str())
+        else:
+            delivered.append(Delivered(message.partition(), message.offset(), message.key(), message.value()))
+
+    for key, value, partition in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0 and not errors, errors[:3]
+    return delivered
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> list[Delivered]:
+    """Every record of ``topic``: plain assign() from offset 0 until each partition's end-of-partition event."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "kafka-tests-readback", "enable.partition.eof": True, "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[Delivered] = []
+    finished: set[int] = set()
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(finished) < partitions and time.monotonic() < deadline:
+            for m in consumer.consume(10_000, timeout=0.2):
+                if m.error() is None:
+                    records.append(Delivered(m.partition(), m.offset(), m.key(), m.value()))
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    finished.add(m.partition())
+    finally:
+        consumer.close()
+    assert len(finished) == partitions, f"read-back of {topic} timed out"
+    return records
+
+
+def collect_batches(df: DataFrame, checkpoint: str, columns: tuple[str, ...], available_now: bool = True) -> list[list[tuple]]:
+    """Run a streaming query to the end of the available data; the rows of each micro-batch."""
+    batches: list[list[tuple]] = []
+
+    def keep(batch_df: DataFrame, batch_id: int) -> None:
+        batches.append([tuple(row) for row in batch_df.select(*columns).collect()])
+
+    writer = df.writeStream.foreachBatch(keep).option("checkpointLocation", checkpoint)
+    if available_now:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination(600)
+    else:
+        query = writer.trigger(processingTime="0 seconds").start()
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    if query.exception() is not None:
+        raise query.exception()
+    return batches
