@@ -211,8 +211,12 @@ def unknown_topic(bootstrap: str, tmp_path: Path) -> list[str]:
         (lambda b, p: ["events", "--count", "5", "--bootstrap", f"127.0.0.1:{free_port()}"], r"^error: Kafka broker at 127\.0\.0\.1:\d+ did not answer within 5s"),
         (lambda b, p: ["frobnicate"], r"^error: unknown command 'frobnicate'"),
         (lambda b, p: ["record", str(p / "x.jsonl")], r"^error: record needs --events N and/or --metrics N$"),
+        (lambda b, p: ["record", str(p / "no" / "x.jsonl"), "--events", "1"], r"^error: cannot write scenario file .*: No such file or directory$"),
     ],
-    ids=["unknown-topic", "negative-rate", "zero-rate", "bad-count", "bad-fraction", "missing-file", "directory", "broker-down", "unknown-command", "record-nothing"],
+    ids=[
+        "unknown-topic", "negative-rate", "zero-rate", "bad-count", "bad-fraction", "missing-file", "directory",
+        "broker-down", "unknown-command", "record-nothing", "unwritable-record",
+    ],
 )
 def test_cli_bad_input_is_one_error_line_and_exit_2(bootstrap, tmp_path, make_args, message):
     result = cli(*make_args(bootstrap, tmp_path))

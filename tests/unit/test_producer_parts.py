@@ -99,3 +99,19 @@ def test_disabled_progress_line_writes_nothing():
     progress.update(1, 0, 0, 1.0, force=True)
     progress.close()
     assert out.getvalue() == ""
+
+
+def test_checked_in_smoke_scenario_agrees_with_the_contracts():
+    from streamstate.contracts import ContractError, Metric, UserEvent, parse_input
+    from streamstate.settings import REPO_ROOT
+
+    records = list(read_scenario(REPO_ROOT / "infra" / "scenarios" / "smoke.jsonl"))
+    assert {r.kind for r in records} == {"event", "duplicate", "late", "malformed", "metric", "anomaly"}
+    for record in records:
+        model = UserEvent if record.topic == "user-events" else Metric
+        try:
+            parse_input(model, record.key, record.value)
+            reason = None
+        except ContractError as exc:
+            reason = exc.reason
+        assert reason == record.malformed_reason
