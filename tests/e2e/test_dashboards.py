@@ -154,10 +154,13 @@ def test_every_dashboard_panel_has_data(stack: EmbeddedStack, tmp_path: Path):
         while set(SCRAPE_JOBS) - prometheus.targets_up() and time.monotonic() < deadline:
             time.sleep(1)
         missing = set(SCRAPE_JOBS) - prometheus.targets_up()
-        assert not missing, describe_failure([], stack, prometheus) + f"\ntargets never up: {sorted(missing)}"
+        if missing:
+            pytest.fail(f"scrape targets never up: {sorted(missing)}\n" + describe_failure([], stack, prometheus),
+                        pytrace=False)
 
         empty = wait_for_panels(prometheus, queries, stack)
-        assert not empty, describe_failure(empty, stack, prometheus)
+        if empty:
+            pytest.fail(describe_failure(empty, stack, prometheus), pytrace=False)
     finally:
         for proc in started:
             if proc is not None:
