@@ -178,36 +178,29 @@ class JobMetrics:
         self.registry = registry or CollectorRegistry()
         self._lock = threading.Lock()
         self._query_names: dict[str, str] = {}
-        self._lag_topics: set[str] = set()
         r = self.registry
 
         # -- fed by the listener ----------------------------------------------------------
-        self._input_rate = Gauge(
-            "streamstate_job_input_rows_per_second", "Rows/s arriving at the sources (last batch).",
-            ["job", "query"], registry=r)
-        self._processed_rate = Gauge(
-            "streamstate_job_processed_rows_per_second", "Rows/s processed (last batch).",
-            ["job", "query"], registry=r)
-        self._batch_duration = Histogram(
-            "streamstate_job_batch_duration_seconds", "Wall time of each micro-batch.",
-            ["job", "query"], buckets=BATCH_DURATION_BUCKETS, registry=r)
-        self._input_rows = Counter(
-            "streamstate_job_input_rows", "Rows read from the sources.", ["job", "query"], registry=r)
-        self._batches = Counter(
-            "streamstate_job_batches", "Micro-batches completed.", ["job", "query"], registry=r)
-        self._state_rows = Gauge(
-            "streamstate_job_state_rows", "Rows held in the state stores (all operators).",
-            ["job", "query"], registry=r)
-        self._state_memory = Gauge(
-            "streamstate_job_state_memory_bytes", "Memory used by the state stores (all operators).",
-            ["job", "query"], registry=r)
-        self._watermark_delay = Gauge(
-            "streamstate_job_watermark_delay_seconds",
-            "Batch time minus the event-time watermark: how far event time trails the clock.",
-            ["job", "query"], registry=r)
-        self._last_batch = Gauge(
-            "streamstate_job_last_batch_id", "Id of the last completed micro-batch.",
-            ["job", "query"], registry=r)
+        def per_query(kind: type, name: str, documentation: str, **options: Any) -> Any:
+            return kind(name, documentation, ["job", "query"], registry=r, **options)
+
+        self._input_rate = per_query(
+            Gauge, "streamstate_job_input_rows_per_second", "Rows/s arriving at the sources (last batch).")
+        self._processed_rate = per_query(
+            Gauge, "streamstate_job_processed_rows_per_second", "Rows/s processed (last batch).")
+        self._batch_duration = per_query(
+            Histogram, "streamstate_job_batch_duration_seconds", "Wall time of each micro-batch.",
+            buckets=BATCH_DURATION_BUCKETS)
+        self._input_rows = per_query(Counter, "streamstate_job_input_rows", "Rows read from the sources.")
+        self._batches = per_query(Counter, "streamstate_job_batches", "Micro-batches completed.")
+        self._state_rows = per_query(
+            Gauge, "streamstate_job_state_rows", "Rows held in the state stores (all operators).")
+        self._state_memory = per_query(
+            Gauge, "streamstate_job_state_memory_bytes", "Memory used by the state stores (all operators).")
+        self._watermark_delay = per_query(
+            Gauge, "streamstate_job_watermark_delay_seconds",
+            "Batch time minus the event-time watermark: how far event time trails the clock.")
+        self._last_batch = per_query(Gauge, "streamstate_job_last_batch_id", "Id of the last completed micro-batch.")
         self._source_lag = Gauge(
             "streamstate_job_source_lag_records",
             "Records on the input topics beyond the last batch's end offsets.",

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
 from streamstate.settings import Settings
-from streamstate.topics import create_topics, existing_topics, load_topics, wait_for_broker
+from streamstate.topics import TopicSpec, create_topics, existing_topics, load_topics, wait_for_broker
 
 EXIT_ERROR = 2
 
@@ -73,13 +73,19 @@ def _reach_broker(settings: Settings, timeout_s: float) -> None:
         raise CommandError(str(exc)) from None
 
 
-def topics_create(args: argparse.Namespace, settings: Settings) -> int:
-    """Create the topics of the topic file that the broker does not have yet."""
+def _defined_topics_on_reachable_broker(args: argparse.Namespace, settings: Settings) -> list[TopicSpec]:
+    """The topic file's topics, once the broker answers (file errors first: they are quicker)."""
     try:
         specs = load_topics(settings.topics_file, settings.partitions)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     _reach_broker(settings, args.wait)
+    return specs
+
+
+def topics_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Create the topics of the topic file that the broker does not have yet."""
+    specs = _defined_topics_on_reachable_broker(args, settings)
     created = create_topics(settings.bootstrap_servers, specs)
     for spec in specs:
         state = "created" if spec.name in created else "exists"
@@ -89,11 +95,7 @@ def topics_create(args: argparse.Namespace, settings: Settings) -> int:
 
 def topics_list(args: argparse.Namespace, settings: Settings) -> int:
     """List the topic file's topics with their partition counts on the broker."""
-    try:
-        specs = load_topics(settings.topics_file, settings.partitions)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    _reach_broker(settings, args.wait)
+    specs = _defined_topics_on_reachable_broker(args, settings)
     present = existing_topics(settings.bootstrap_servers)
     missing = 0
     for spec in specs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -34,6 +35,15 @@ def env_file() -> dict[str, str]:
             key, _, value = line.partition("=")
             entries[key.strip()] = value.strip()
     return entries
+
+
+def dockerignored(path: str) -> bool:
+    """Whether .dockerignore keeps ``path`` (relative to the repository) out of the build context."""
+    patterns = [line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes for pattern in patterns)
 
 
 def pyproject() -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import importlib.metadata
 import json
 import re
@@ -19,6 +18,7 @@ from tests.compose.compose_files import (
     Dockerfile,
     compose,
     docker_compose_binary,
+    dockerignored,
     env_file,
     image_tag,
     pyproject,
@@ -81,24 +81,26 @@ def test_every_image_is_pinned_to_a_tag():
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_dockerfile_copy_sources_exist_and_are_not_dockerignored(path):
-    ignored = [line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")]
     problems = []
     for source in Dockerfile.read(path).copy_sources():
         if not (REPO_ROOT / source).exists():
             problems.append(f"{source}: missing")
-        top = source.rstrip("/").split("/")[0]
-        if any(fnmatch.fnmatch(source.rstrip("/"), pattern) or fnmatch.fnmatch(top, pattern) for pattern in ignored):
+        elif source not in (".", "./") and dockerignored(source):
             problems.append(f"{source}: excluded by .dockerignore")
     assert not problems, f"{path}:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
-def test_dockerfile_copies_every_source_folder_of_the_package(path):
-    # `pip install .` fails unless every folder of the package-dir mapping is there.
-    folders = set(pyproject()["tool"]["setuptools"]["package-dir"].values())
+def test_dockerfile_copies_everything_pip_install_needs(path):
+    # `pip install .` fails unless the readme and every folder of the package-dir mapping are there.
+    project = pyproject()
+    needed = {project["project"]["readme"], "pyproject.toml", *project["tool"]["setuptools"]["package-dir"].values()}
     copied = {source.rstrip("/") for source in Dockerfile.read(path).copy_sources()}
-    assert not {f.split("/")[0] for f in folders} - copied, f"{path} misses package folders"
+    if "." in copied:
+        absent = sorted(n for n in needed if dockerignored(n) or not (REPO_ROOT / n).exists())
+    else:
+        absent = sorted(n for n in needed if n not in copied)
+    assert not absent, f"{path}: the image lacks {absent}"
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
