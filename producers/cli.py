@@ -95,7 +95,11 @@ def _add_metrics(parser: argparse.ArgumentParser, defaults: dict[str, float] | N
 
 
 def build_parser(settings: Settings) -> OneLineParser:
-    parser = OneLineParser(prog="streamstate-produce", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(
+        prog="streamstate-produce",
+        description="Send generated or recorded user events and metric points to Kafka (no sub-command: demo).",
+        epilog="exit codes: 0 all delivered, 1 some deliveries failed, 2 bad input, 130 interrupted twice",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     for name, add_options, topic in (("events", _add_events, settings.topic_user_events), ("metrics", _add_metrics, settings.topic_metrics)):
