@@ -31,18 +31,18 @@ class KafkaConnectorUnavailable(RuntimeError):
 
 def builtin_kafka_available(spark: SparkSession) -> bool:
     """True when Spark's Kafka connector (spark-sql-kafka-0-10) loads in the driver's JVM."""
-    jvm = getattr(spark.sparkContext, "_jvm", None) if not _is_connect(spark) else None
-    if jvm is None:
+    return jvm_class_loads(spark, BUILTIN_PROVIDER)
+
+
+def jvm_class_loads(spark: SparkSession, class_name: str) -> bool:
+    """Whether ``class_name`` loads through Spark's class loader (False under Spark Connect)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
         return False
     try:
-        jvm.org.apache.spark.util.Utils.classForName(BUILTIN_PROVIDER, True, False)
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
         return True
     except Exception:  # py4j wraps ClassNotFoundException; any failure means "not usable"
         return False
-
-
-def _is_connect(spark: SparkSession) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def kafka_format(spark: SparkSession, settings: Settings) -> KafkaFormat:
@@ -66,14 +66,9 @@ def _spark_format(spark: SparkSession, settings: Settings) -> str:
     return SHORT_NAME
 
 
-_registered: set[int] = set()
-
-
 def register_python_source(spark: SparkSession) -> None:
-    """Register ``streamstate_kafka`` with this session (once per session)."""
-    if id(spark) not in _registered:
-        spark.dataSource.register(KafkaDataSource)
-        _registered.add(id(spark))
+    """Register ``streamstate_kafka`` with this session; registering again replaces it, harmlessly."""
+    spark.dataSource.register(KafkaDataSource)
 
 
 def read_kafka(

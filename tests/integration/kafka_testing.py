@@ -16,6 +16,7 @@ class Delivered:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None, int]]) -> list[Delivered]:
@@ -55,7 +56,7 @@ def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 3
         while len(finished) < partitions and time.monotonic() < deadline:
             for m in consumer.consume(10_000, timeout=0.2):
                 if m.error() is None:
-                    records.append(Delivered(m.partition(), m.offset(), m.key(), m.value()))
+                    records.append(Delivered(m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ())))
                 elif m.error().code() == KafkaError._PARTITION_EOF:
                     finished.add(m.partition())
     finally:

@@ -1,0 +1,81 @@
+"""Kafka sinks (write_kafka in foreachBatch, the streaming format) and the connector choice."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from streamstate.jobs.kafka import (
+    KafkaConnectorUnavailable,
+    builtin_kafka_available,
+    kafka_format,
+    kafka_sink_format,
+    kafka_sink_options,
+    read_kafka,
+    write_kafka,
+)
+from streamstate.jobs.kafka.connector import jvm_class_loads
+from streamstate.stack import free_port
+from tests.integration.kafka_testing import produce, read_topic
+
+pytestmark = pytest.mark.spark
+
+
+def test_write_kafka_writes_exactly_the_rows_given(spark, settings, bootstrap, new_topic):
+    topic = new_topic(partitions=2)
+    rows = [(f"k{i % 13}", f"value {i}") for i in range(500)] + [(None, "keyless"), ("gone", None)]
+    batch = spark.createDataFrame(rows, "key string, value string").repartition(3)
+
+    written = write_kafka(batch, settings, topic=topic)
+
+    back = read_topic(bootstrap, topic, partitions=2)
+    assert written == len(back) == len(rows)
+    expected = [(k.encode() if k else None, v.encode() if v else None) for k, v in rows]
+    assert sorted(((r.key, r.value) for r in back), key=repr) == sorted(expected, key=repr)
+
+
+def test_write_kafka_takes_binary_columns_and_headers(spark, settings, bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    batch = spark.createDataFrame([(b"\x00k", b"\xffv")], "key binary, value binary").withColumn(
+        "headers", F.array(F.struct(F.lit("source").alias("key"), F.lit(b"test").alias("value")))
+    )
+    assert write_kafka(batch, settings, topic=topic) == 1
+    [record] = read_topic(bootstrap, topic, partitions=1)
+    assert (record.key, record.value, record.headers) == (b"\x00k", b"\xffv", (("source", b"test"),))
+
+
+def test_write_kafka_fails_the_batch_when_delivery_fails(spark, settings):
+    dead_broker = settings.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    batch = spark.createDataFrame([("k", "v")], "key string, value string")
+    with pytest.raises(Exception, match="not delivered|unacknowledged"):
+        write_kafka(batch, dead_broker, topic="anything", **{"kafka.message.timeout.ms": "1500"})
+
+
+def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tmp_path):
+    source, target = new_topic(partitions=2), new_topic(partitions=2)
+    delivered = produce(bootstrap, source, [(f"k{i}".encode(), f"v{i}".encode(), i % 2) for i in range(300)])
+
+    query = (
+        read_kafka(spark, settings, subscribe=source)
+        .select("key", F.upper(F.col("value").cast("string")).alias("value"))
+        .writeStream.format(kafka_sink_format(spark, settings))
+        .options(**kafka_sink_options(settings, target))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+
+    back = read_topic(bootstrap, target, partitions=2)
+    assert sorted((r.key, r.value) for r in back) == sorted((d.key, d.value.upper()) for d in delivered)
+
+
+def test_auto_detection_chooses_python_here_and_builtin_is_a_clear_error(spark, settings):
+    # The detection itself can say yes: a class that is on the classpath loads.
+    assert jvm_class_loads(spark, "org.apache.spark.sql.SparkSession")
+    assert not builtin_kafka_available(spark)
+    assert kafka_format(spark, settings.model_copy(update={"kafka_source": "auto"})) == "python"
+    assert kafka_format(spark, settings.model_copy(update={"kafka_source": "python"})) == "python"
+    with pytest.raises(KafkaConnectorUnavailable, match="spark-sql-kafka-0-10"):
+        read_kafka(spark, settings.model_copy(update={"kafka_source": "builtin"}), subscribe="user-events")
