@@ -1,9 +1,12 @@
 """Decoding of the records the API follows: state snapshots, tombstones and alerts.
 
-Each record is validated once, on arrival, against its contract model and kept as its
-canonical JSON (``model_dump_json``). Responses splice those bytes instead of building
-model objects per request: a million sessions then cost bytes, not object graphs, and
-every body served is known to match the model documented in the OpenAPI schema.
+Each record is validated once, on arrival, against its contract model in *strict* mode
+and then kept as the bytes it arrived as. Strict validation (no coercion such as
+``"12"`` for an integer; unknown fields are already forbidden by the models) is what makes
+the original bytes safe to serve: they match the model documented in the OpenAPI schema.
+Responses splice those bytes instead of building model objects per request, so a million
+sessions cost bytes, not object graphs, and decoding skips a re-serialisation. The jobs
+write these topics with ``model_dump_json``, which strict validation always accepts.
 """
 
 from __future__ import annotations
@@ -72,12 +75,12 @@ def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
         return Tombstone(key_text)
     model, key_field = _MODELS[source]
     try:
-        parsed = model.model_validate_json(decode_utf8(value, "value"))
+        parsed = model.model_validate_json(decode_utf8(value, "value"), strict=True)
     except ValidationError as exc:
         raise ContractError(explain(exc)) from None
     if getattr(parsed, key_field) != key_text:
         raise ContractError(f"key {key_text!r} does not match {key_field} {getattr(parsed, key_field)!r}")
-    body = parsed.model_dump_json().encode()
+    body = bytes(value)
     if isinstance(parsed, SessionSnapshot):
         return SessionRecord(parsed.user_id, body, parsed.open_session is not None)
     if isinstance(parsed, MetricSnapshot):

@@ -41,9 +41,10 @@ def walk(view: StateView, limit: int, active_only: bool = False, between_pages=l
 
 
 # ------------------------------------------------------------------------ decoding
-def test_decode_keeps_canonical_json_and_the_active_flag():
+def test_decode_keeps_the_validated_bytes_and_the_active_flag():
     snapshot = session_snapshot("u1", active=True)
     record = decode(Source.SESSIONS, b"u1", snapshot.to_json())
+    assert record.body == snapshot.to_json()
     assert SessionSnapshot.model_validate_json(record.body) == snapshot
     assert record.active is True
     assert decode(Source.SESSIONS, b"u2", session_snapshot("u2", active=False).to_json()).active is False
@@ -60,6 +61,8 @@ def test_null_value_is_a_tombstone():
         (b"u1", b"not json", "not valid JSON"),
         (b"u1", b'{"user_id": "u1"}', "missing required field 'ts'"),
         (b"u1", session_snapshot("u2").to_json(), "does not match user_id"),
+        # Served bytes must match the schema, so no coercion: a quoted number is refused.
+        (b"u1", session_snapshot("u1").to_json().replace(b'"ts":1000', b'"ts":"1000"'), "field 'ts'"),
         (b"\xff", b"{}", "key is not valid UTF-8"),
     ],
 )

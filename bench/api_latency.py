@@ -1,0 +1,278 @@
+"""Snapshot API latency at a fixed request rate on a view of 1,000,000 sessions.
+
+    .venv/bin/python bench/api_latency.py [--sessions N] [--rate R] [--duration S] [--out PATH]
+
+What it does, end to end through the real parts:
+1. starts the embedded broker (Tansu) and its topics;
+2. publishes N session snapshots to ``session-state`` (half with an open session) and a
+   few thousand alerts: the view is *not* built in-process, the API rebuilds it from Kafka;
+3. starts the API (``python -m streamstate.api``) and times the rebuild until /readyz is 200;
+4. drives an open-loop load from a second process: requests are sent on a fixed schedule
+   whatever the answers do, and latency is measured from the scheduled send time, so a
+   stalled server shows up in the tail instead of silently lowering the rate;
+5. prints p50/p99 (overall and per route) and writes them as JSON.
+
+Request mix: 90 % ``GET /sessions/{random user}``, 10 % ``GET /sessions?limit=100&cursor=<random user>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "api_latency.json"
+
+
+# --------------------------------------------------------------------------- load generator
+# A minimal HTTP/1.1 keep-alive client on asyncio streams: httpx's per-request overhead
+# (and a pool that stalled on server-closed connections here) would make the generator,
+# not the server, the bottleneck on two shared cores.
+class _Connection:
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def get(self, target: str) -> int:
+        for attempt in (1, 2):  # one retry: the server may have closed an idle keep-alive connection
+            try:
+                if self.writer is None:
+                    self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+                self.writer.write(f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+                head = await self.reader.readuntil(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1])
+                length = next(
+                    int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+                )
+                await self.reader.readexactly(length)
+                return status
+            except (ConnectionError, asyncio.IncompleteReadError):
+                self.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def drive(url: str, rate: float, duration_s: float, users: int, connections: int, seed: int) -> dict:
+    """Open-loop load; returns latency samples in ms per route, status counts and errors."""
+    from urllib.parse import urlsplit
+
+    from streamstate.api.cursor import encode_cursor
+
+    address = urlsplit(url)
+    rng = random.Random(seed)
+    samples: dict[str, list[float]] = {"/sessions/{user_id}": [], "/sessions": []}
+    statuses: dict[str, int] = {}
+    errors = 0
+    due: asyncio.Queue = asyncio.Queue()
+
+    async def worker() -> None:
+        nonlocal errors
+        connection = _Connection(address.hostname, address.port)
+        while (item := await due.get()) is not None:
+            scheduled, route, target = item
+            try:
+                status = await connection.get(target)
+            except (OSError, asyncio.IncompleteReadError, StopIteration, ValueError):
+                errors += 1
+                continue
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+            samples[route].append((time.perf_counter() - scheduled) * 1000)
+        connection.close()
+
+    workers = [asyncio.create_task(worker()) for _ in range(connections)]
+    interval = 1.0 / rate
+    start = time.perf_counter() + 0.2
+    for i in range(int(rate * duration_s)):
+        scheduled = start + i * interval
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        user = user_id(rng.randrange(users))
+        if rng.random() < 0.9:
+            due.put_nowait((scheduled, "/sessions/{user_id}", f"/sessions/{user}"))
+        else:
+            due.put_nowait((scheduled, "/sessions", f"/sessions?limit=100&cursor={encode_cursor(user)}"))
+    sent_over_s = time.perf_counter() - start
+    for _ in workers:
+        due.put_nowait(None)
+    await asyncio.gather(*workers)
+    return {"samples": samples, "statuses": statuses, "errors": errors, "sent_over_s": sent_over_s}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+    return {"count": len(ordered), "p50_ms": at(0.50), "p90_ms": at(0.90), "p99_ms": at(0.99), "p999_ms": at(0.999), "max_ms": round(ordered[-1], 3)}
+
+
+# --------------------------------------------------------------------------- data
+def user_id(i: int) -> str:
+    return f"user-{i:07d}"
+
+
+def snapshot_bodies(count: int):
+    from streamstate.contracts import ActivitySpan, Behaviour, OpenSession, SessionSnapshot
+
+    def template(active: bool) -> str:
+        snapshot = SessionSnapshot(
+            user_id="\x00USER\x00",
+            ts=1_700_000_000_000,
+            open_session=OpenSession(
+                start=1_699_999_000_000, last_activity=1_700_000_000_000, events=12, page_views=7, clicks=4,
+                purchases=1, purchase_total=19.99, current_activity="click", activity_start=1_699_999_990_000,
+            ) if active else None,
+            behaviour=Behaviour(total_sessions=3, total_page_views=40, total_events=77, total_session_ms=5_400_000, avg_session_ms=1_800_000.0),
+            activities={"page_view": ActivitySpan(first=1_690_000_000_000, last=1_700_000_000_000)},
+        )
+        return snapshot.model_dump_json().replace("\\u0000USER\\u0000", "{user}")
+
+    templates = (template(True), template(False))
+    for i in range(count):
+        user = user_id(i)
+        yield user, templates[i % 2].replace("{user}", user).encode()
+
+
+def publish_sessions(bootstrap: str, topic: str, count: int) -> float:
+    from confluent_kafka import Producer
+
+    started = time.perf_counter()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 500_000})
+    for n, (user, body) in enumerate(snapshot_bodies(count)):
+        while True:
+            try:
+                producer.produce(topic, key=user.encode(), value=body)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0, "session snapshots not delivered"
+    return time.perf_counter() - started
+
+
+def publish_alerts(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    from streamstate.contracts import Alert
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(count):
+        alert = Alert.build("bot_burst", user_id(i), 1_700_000_000_000 + i, "burst", page_views=60)
+        producer.produce(topic, key=alert.alert_id.encode(), value=alert.to_json())
+    assert producer.flush(60) == 0
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+# --------------------------------------------------------------------------- orchestration
+def run(args: argparse.Namespace) -> dict:
+    import httpx
+
+    from streamstate.settings import Settings
+    from streamstate.stack import EmbeddedStack, free_port
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port())
+    with EmbeddedStack(settings=settings, workdir=workdir, quiet=False) as stack:
+        stack.start_broker()
+        bootstrap = stack.settings.bootstrap_servers
+        print(f"publishing {args.sessions:,} session snapshots ...", flush=True)
+        publish_s = publish_sessions(bootstrap, stack.settings.topic_session_state, args.sessions)
+        publish_alerts(bootstrap, stack.settings.topic_alerts, 5_000)
+        print(f"published in {publish_s:.1f}s; starting the API", flush=True)
+        started = time.perf_counter()
+        api = stack.start_api()
+        url = f"http://{stack.settings.api_host}:{stack.settings.api_port}"
+        with httpx.Client(base_url=url, timeout=5) as client:
+            while True:
+                if not api.alive():
+                    raise SystemExit(f"API exited:\n{api.tail()}")
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.25)
+            rebuild_s = time.perf_counter() - started
+            sizes = client.get("/metrics").text
+        view_sessions = next(
+            float(line.rpartition(" ")[2]) for line in sizes.splitlines() if line.startswith('streamstate_api_view_size{view="sessions"}')
+        )
+        print(f"view rebuilt in {rebuild_s:.1f}s: {view_sessions:,.0f} sessions, API RSS {rss_mb(api.pid)} MB", flush=True)
+        print(f"driving {args.rate:.0f} req/s for {args.duration:.0f}s from a second process ...", flush=True)
+        driver = subprocess.run(
+            [sys.executable, __file__, "--drive", url, "--rate", str(args.rate), "--duration", str(args.duration),
+             "--sessions", str(args.sessions), "--connections", str(args.connections)],
+            capture_output=True, text=True, check=True, timeout=args.duration * 3 + 60,
+        )
+        load = json.loads(driver.stdout)
+        api_rss = rss_mb(api.pid)
+    all_samples = [v for values in load["samples"].values() for v in values]
+    return {
+        "benchmark": "snapshot API latency, open-loop fixed rate",
+        "view": "published to the embedded broker and rebuilt by the API process from session-state",
+        "sessions": int(view_sessions),
+        "target_rate_per_s": args.rate,
+        "duration_s": args.duration,
+        "achieved_send_rate_per_s": round(len(all_samples) / load["sent_over_s"], 1) if load["sent_over_s"] else None,
+        "statuses": load["statuses"],
+        "errors": load["errors"],
+        "overall": percentiles(all_samples),
+        "by_route": {route: percentiles(values) for route, values in load["samples"].items()},
+        "rebuild_s": round(rebuild_s, 2),
+        "api_rss_mb": api_rss,
+        "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=1_000_000)
+    parser.add_argument("--rate", type=float, default=1000.0, help="requests per second")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+    parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load generator")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--drive", metavar="URL", help=argparse.SUPPRESS)  # internal: the load-generator process
+    args = parser.parse_args()
+    if args.drive:
+        result = asyncio.run(drive(args.drive, args.rate, args.duration, args.sessions, args.connections, seed=7))
+        print(json.dumps(result))
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    result = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    overall = result["overall"]
+    print(f"p50 {overall['p50_ms']} ms, p99 {overall['p99_ms']} ms over {overall['count']:,} requests "
+          f"at {result['achieved_send_rate_per_s']} req/s ({result['errors']} errors); written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
