@@ -69,10 +69,13 @@ class StateView:
     def __init__(self, max_alerts: int):
         self._lock = threading.Lock()
         self._max_alerts = max_alerts
-        self._sessions: dict[str, SessionRecord] = {}
+        # Values are plain (body, flag) tuples, not records: CPython's cyclic GC stops tracking
+        # tuples of strings/bytes/numbers, so a million entries do not make each full collection
+        # (and the requests waiting behind it) take a second; records are built on read.
+        self._sessions: dict[str, tuple[bytes, bool]] = {}
         self._session_order = _OrderedKeys()
         self._active_order = _OrderedKeys()
-        self._series: dict[str, SeriesRecord] = {}
+        self._series: dict[str, tuple[bytes, float | None]] = {}
         self._alerts: dict[str, AlertRecord] = {}
         self._alert_order: SortedList = SortedList()  # (ts, alert_id): newest last
         self._positions: dict[Source, dict[int, int]] = {source: {} for source in Source}
@@ -107,7 +110,7 @@ class StateView:
             self._active_order.discard(record.key)
             return
         assert isinstance(record, SessionRecord)
-        self._sessions[record.user_id] = record
+        self._sessions[record.user_id] = (record.body, record.active)
         self._session_order.add(record.user_id)
         if record.active:
             self._active_order.add(record.user_id)
@@ -119,7 +122,7 @@ class StateView:
             self._series.pop(record.key, None)
         else:
             assert isinstance(record, SeriesRecord)
-            self._series[record.series_id] = record
+            self._series[record.series_id] = (record.body, record.last_z)
 
     def _apply_alert(self, record: Record) -> bool:
         if isinstance(record, Tombstone):
@@ -148,19 +151,23 @@ class StateView:
 
     def session(self, user_id: str) -> tuple[SessionRecord | None, dict[int, int]]:
         with self._lock:
-            return self._sessions.get(user_id), dict(self._positions[Source.SESSIONS])
+            stored = self._sessions.get(user_id)
+            positions = dict(self._positions[Source.SESSIONS])
+        return (SessionRecord(user_id, *stored) if stored else None), positions
 
     def sessions(self, after: str | None, limit: int, active_only: bool) -> tuple[Page, dict[int, int]]:
         """Sessions in user-id order after the user id ``after`` (None: from the start)."""
         with self._lock:
             order = self._active_order if active_only else self._session_order
             keys, more = order.after(after, limit)
-            page = Page([self._sessions[k].body for k in keys], keys[-1] if more else None)
+            page = Page([self._sessions[k][0] for k in keys], keys[-1] if more else None)
             return page, dict(self._positions[Source.SESSIONS])
 
     def series(self, series_id: str) -> tuple[SeriesRecord | None, dict[int, int]]:
         with self._lock:
-            return self._series.get(series_id), dict(self._positions[Source.SERIES])
+            stored = self._series.get(series_id)
+            positions = dict(self._positions[Source.SERIES])
+        return (SeriesRecord(series_id, *stored) if stored else None), positions
 
     def alerts(
         self, kind: str | None, entity: str | None, since: int | None, limit: int
@@ -190,5 +197,5 @@ class StateView:
     def top_zscores(self, count: int) -> list[tuple[str, float]]:
         """The ``count`` series with the largest |last z|, as (series_id, z)."""
         with self._lock:
-            scored = [(r.series_id, r.last_z) for r in self._series.values() if r.last_z is not None]
+            scored = [(series_id, z) for series_id, (_, z) in self._series.items() if z is not None]
         return heapq.nlargest(count, scored, key=lambda item: abs(item[1]))
