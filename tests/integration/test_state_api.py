@@ -1,0 +1,152 @@
+"""The state API's own guarantees on real queries: event-time and processing-time timeouts,
+keeping a key during its timeout, late records, batch functions with typed outputs and an
+initial-state DataFrame, and a state whose type changed between releases."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+from pyspark.errors import StreamingQueryException
+
+from streamstate.examples.runner import EVENT_TIME, read_json_topic
+from streamstate.jobs.state import StateSpec, map_with_state
+from streamstate.jobs.state.processor import OUTPUT_SCHEMA
+from streamstate.jobs.state.reference import ReferenceRun, by_key
+from streamstate.jobs.state.testing import RowCollector, kinds, produce_json
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+SCHEMA = "key STRING, n STRING, ts LONG"
+
+
+def visits(key, value, state):
+    """Counts a key's records; on timeout keys named keep* stay (closed), others expire."""
+    if value is None:
+        current = state.get()
+        if key.startswith("keep"):
+            state.update({**current, "closed": True})
+            return ("kept", current["n"])
+        return ("expired", current["n"])
+    n = state.get_option({"n": 0})["n"] + 1
+    state.update({"n": n, "closed": False})
+    return ("seen", n, state.watermark_ms)
+
+
+def test_event_time_timeouts_keep_on_timeout_and_late_records(spark, settings, bootstrap, new_topic, tmp_path):
+    topic = new_topic()
+    batches = [
+        [("a", 1_000), ("keep", 2_000), ("b", 3_000)],
+        [("c", 30_000)],  # watermark 30 s: a, keep, b are idle past 10 s
+        [("a", 5_000), ("keep", 31_000), ("c", 35_000)],  # a@5 s is late
+        [("d", 60_000)],  # watermark 60 s: keep (new data at 31 s) and c time out
+    ]
+    spec = StateSpec.function(visits).timeout("10 seconds").event_time(EVENT_TIME, late="dead_letter")
+    df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
+    reference = ReferenceRun(spec)
+    try:
+        for batch in batches:
+            produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": ts} for k, ts in batch])
+            collector.settle()
+            reference.run_batch([(k, ts, ts) for k, ts in batch])
+    finally:
+        rows = collector.finish()
+    assert by_key(rows) == by_key(reference.rows)
+    outputs = [(r[1], r[2]) for r in kinds(rows, "output") if '"seen"' not in r[2]]
+    assert sorted(outputs) == sorted(
+        [("a", '["expired",1]'), ("b", '["expired",1]'), ("keep", '["kept",1]'), ("keep", '["kept",2]'), ("c", '["expired",2]')]
+    )
+    late = kinds(rows, "dead_letter")
+    assert [(r[1], r[2], r[3]) for r in late] == [
+        ("a", "5000", "late record: event time 5000 ms is at or behind the watermark 30000 ms")
+    ]
+    assert [r[2] for r in kinds(rows, "snapshot") if r[1] == "keep"][-1] == '{"n":2,"closed":true}'
+
+
+def test_processing_time_timeout(spark, settings, bootstrap, new_topic, tmp_path):
+    topic = new_topic()
+    timeout_ms = 4_000
+
+    def idle(key, value, state):
+        if value is None:
+            waited = state.processing_time_ms - state.get()["at"]
+            return ("timeout", state.get()["n"], waited >= timeout_ms)
+        n = state.get_option({"n": 0})["n"] + 1
+        state.update({"n": n, "at": state.processing_time_ms})
+        return ("seen", n)
+
+    spec = StateSpec.function(idle).timeout(timeout_ms)
+    df = read_json_topic(spark, settings, topic, SCHEMA)
+    collector = RowCollector(map_with_state(df, key="key", spec=spec, value="n"), str(tmp_path / "cp"))
+    try:
+        produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}, {"key": "b", "n": "1", "ts": 0}])
+        collector.wait_for(lambda rows: len(kinds(rows, "output")) >= 2)
+        produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}])
+        collector.wait_for(lambda rows: sum('"timeout"' in r[2] for r in kinds(rows, "output")) >= 2)
+    finally:
+        rows = collector.finish()
+    outputs = {key: [payload for kind, payload, _ in seq if kind == "output"] for key, seq in by_key(rows).items()}
+    assert outputs == {
+        "a": ['["seen",1]', '["seen",2]', '["timeout",2,true]'],
+        "b": ['["seen",1]', '["timeout",1,true]'],
+    }
+    last_snapshots = {r[1]: r[2] for r in kinds(rows, "snapshot")}
+    assert last_snapshots == {"a": None, "b": None}  # both removed by their timeout
+
+
+def test_batch_function_error_typed_output_and_initial_state_frame(spark, settings, bootstrap, new_topic, tmp_path):
+    topic = new_topic()
+
+    def totals(key, values, state):
+        total = state.get_option(0) + sum(int(v) for v in values)
+        state.update(total)
+        return [{"total": total, "values": len(values)}]
+
+    initial = spark.createDataFrame([("a", 100)], "key STRING, state INT")
+    spec = StateSpec.batch_function(totals).initial_state(initial)
+    df = read_json_topic(spark, settings, topic, SCHEMA)
+    result = map_with_state(df, key="key", spec=spec, value="n", output_schema="total INT, values INT")
+    collector = RowCollector(result, str(tmp_path / "cp"))
+    batches = [
+        [{"key": "a", "n": "1", "ts": 0}, {"key": "b", "n": "2", "ts": 0}, {"key": "b", "n": "x", "ts": 0}],
+        [{"key": "b", "n": "3", "ts": 0}, {"key": "a", "n": "4", "ts": 0}],
+    ]
+    try:
+        for batch in batches:
+            produce_json(bootstrap, topic, batch)
+            collector.settle()
+    finally:
+        rows = collector.finish()
+    frame = spark.createDataFrame(rows, OUTPUT_SCHEMA)
+    typed = sorted(tuple(r) for r in result.outputs_of(frame).collect())
+    assert typed == [("a", 101, 1), ("a", 105, 1), ("b", 3, 1)]  # b's first batch failed: no state kept
+    dead = sorted(tuple(r) for r in result.dead_letters_of(frame).collect())
+    reason = "ValueError: invalid literal for int() with base 10: 'x'"
+    assert dead == [("b", reason, '"2"', topic, 0, 1), ("b", reason, '"x"', topic, 0, 2)]
+    assert sorted(tuple(r) for r in result.snapshots_of(frame).collect()) == [("a", "101"), ("a", "105"), ("b", "3")]
+
+
+class Counter(BaseModel):
+    count: int
+
+
+def test_state_type_changed_between_releases_fails_clearly(spark, settings, bootstrap, new_topic, tmp_path):
+    topic = new_topic()
+    checkpoint = str(tmp_path / "cp")
+
+    def count_v1(key, value, state):
+        state.update(state.get_option(0) + 1)
+
+    def count_v2(key, value, state):
+        current = state.get_option(Counter(count=0))
+        state.update(Counter(count=current.count + 1))
+
+    produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}])
+    df = read_json_topic(spark, settings, topic, SCHEMA)
+    RowCollector(map_with_state(df, "key", StateSpec.function(count_v1), value="n"), checkpoint, available_now=True).await_done()
+
+    produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}])
+    spec_v2 = StateSpec.function(count_v2).state_type(Counter)
+    collector = RowCollector(map_with_state(df, "key", spec_v2, value="n"), checkpoint, available_now=True)
+    with pytest.raises(StreamingQueryException, match=r"StateTypeError: stored state of key 'a' is not a valid Counter"):
+        collector.await_done()
