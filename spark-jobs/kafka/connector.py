@@ -9,17 +9,15 @@ timestampType) and accept the same option names.
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from streamstate.jobs.kafka.datasource import SHORT_NAME, KafkaDataSource
+from streamstate.jobs.kafka.options import client_settings
 from streamstate.jobs.kafka.producer import produce_batches
 from streamstate.settings import Settings
-
-log = logging.getLogger(__name__)
 
 BUILTIN_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 KafkaFormat = Literal["builtin", "python"]
@@ -87,7 +85,8 @@ def read_kafka(
     earliest, latest or Spark's JSON (``{"t":{"0":23,"1":-2}}``). ``maxOffsetsPerTrigger``
     defaults to ``settings.max_offsets_per_trigger``. ``extra_options`` pass through, e.g.
     ``**{"kafka.fetch.max.bytes": "1048576"}``; ``kafka.bootstrap.servers`` defaults to
-    ``settings.bootstrap_servers``.
+    ``settings.bootstrap_servers``. On the Python source, ``Trigger.AvailableNow`` runs a
+    single batch (one ``maxOffsetsPerTrigger``-sized batch if that is set).
     """
     options: dict[str, str] = {
         "kafka.bootstrap.servers": settings.bootstrap_servers,
@@ -134,8 +133,7 @@ def write_kafka(batch_df: DataFrame, settings: Settings, topic: str, **extra_opt
         frame = frame.observe(observed, F.count(F.lit(1)).alias("records"))
         frame.write.format("kafka").options(**kafka_sink_options(settings, topic, **extra_options)).save()
         return int(observed.get["records"])
-    client_conf = {k[len("kafka."):]: v for k, v in extra_options.items() if k.startswith("kafka.")}
-    client_conf.setdefault("bootstrap.servers", settings.bootstrap_servers)
+    client_conf = client_settings(kafka_sink_options(settings, topic, **extra_options))
 
     def produce(batches):
         import pyarrow as pa

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from streamstate.jobs.kafka.options import CLIENT_PREFIX, KafkaOptionError, SourceOptions
+from streamstate.jobs.kafka.options import KafkaOptionError, SourceOptions, client_settings
 from streamstate.jobs.kafka.producer import produce_batches
 from streamstate.jobs.kafka.records import KAFKA_SCHEMA
 from streamstate.jobs.kafka.source import KafkaStreamReader
@@ -39,11 +39,10 @@ class _KafkaWrite:
     """Options shared by the batch and streaming writers: kafka.* settings and the topic."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        opts = {str(k).lower(): v for k, v in options.items()}
-        self.client_conf = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
+        self.client_conf = client_settings(options)
         if "bootstrap.servers" not in self.client_conf:
             raise KafkaOptionError("option kafka.bootstrap.servers is required")
-        self.topic: str | None = opts.get("topic")
+        self.topic: str | None = {str(k).lower(): v for k, v in options.items()}.get("topic")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         return Written(produce_batches(iterator, self.client_conf, self.topic))

@@ -48,8 +48,7 @@ def rate_limit(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartiti
     Like Spark's Kafka source, each partition gets a share proportional to its backlog;
     unlike it, shares are floored and the remainder handed out by largest fraction, so
     the total never exceeds ``limit`` (Spark rounds small shares up, which can overshoot).
-    Partitions missing from ``start`` count from offset ``end`` minus nothing: callers
-    fill ``start`` for every partition of ``end``.
+    ``start`` must hold every partition of ``end``.
     """
     backlog = {tp: end[tp] - start[tp] for tp in end if end[tp] > start[tp]}
     total = sum(backlog.values())

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from streamstate.jobs.kafka.offsets import EARLIEST, LATEST, Offsets, describe, offsets_from_json
+from streamstate.jobs.kafka.offsets import EARLIEST, Offsets, describe, offsets_from_json
 
 CLIENT_PREFIX = "kafka."
 SOURCE_OPTIONS = (
@@ -52,7 +52,7 @@ class SourceOptions:
             raise KafkaOptionError(
                 f"unsupported Kafka source option(s) {unknown}; supported: {list(SOURCE_OPTIONS)} and kafka.*"
             )
-        client_conf = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
+        client_conf = client_settings(opts)
         reserved = sorted(set(client_conf) & set(RESERVED_CLIENT_SETTINGS))
         if reserved:
             raise KafkaOptionError(f"kafka.{reserved[0]} is managed by the source and cannot be set")
@@ -68,6 +68,11 @@ class SourceOptions:
             poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms", 120_000) or 120_000,
             end_probe_timeout_ms=_positive_int(opts, "endprobetimeoutms", 5_000) or 5_000,
         )
+
+
+def client_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options without their prefix: librdkafka client settings."""
+    return {str(k)[len(CLIENT_PREFIX):].lower(): str(v) for k, v in options.items() if str(k).lower().startswith(CLIENT_PREFIX)}
 
 
 def parse_topics(subscribe: str) -> tuple[str, ...]:
@@ -116,5 +121,3 @@ def _positive_int(opts: Mapping[str, str], key: str, default: int | None) -> int
         raise KafkaOptionError(f"option {key} must be a positive integer, got {opts[key]!r}")
     return number
 
-
-__all__ = ["KafkaOptionError", "SourceOptions", "parse_topics", "parse_starting_offsets", "LATEST", "EARLIEST"]

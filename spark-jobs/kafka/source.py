@@ -9,6 +9,10 @@ end of the last planned batch itself; on restart the engine calls
 ``partitions(last, last)`` with the newest checkpointed offsets first
 (``setLatestSeenOffset``), which is where that cursor is restored from.
 
+PySpark 4.1 Python sources have no admission control, so ``Trigger.AvailableNow`` falls
+back to a single batch: everything up to the end seen at start, but only one
+``maxOffsetsPerTrigger``-sized batch when that option is set.
+
 Executor side: ``read`` consumes one partition range with its own consumer
 (``assign`` at the start offset, never ``subscribe``) and yields Arrow record batches.
 """
@@ -96,6 +100,8 @@ class KafkaStreamReader(DataSourceStreamReader):
             initial = {
                 tp: earliest[tp] if o == EARLIEST else ends[tp] if o == LATEST else o for tp, o in starting.items()
             }
+        # The first batch starts here: resolving "latest" again later could move it.
+        self._cursor = initial
         return offsets_to_json(initial)
 
     def latestOffset(self) -> dict:
