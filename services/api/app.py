@@ -50,9 +50,10 @@ class _Bodies:
         offsets = {self._topics[source]: {str(p): o for p, o in sorted(positions.items())}}
         return json.dumps({"offsets": offsets, "caught_up": self._follower.readiness().ready}).encode()
 
-    @staticmethod
-    def respond(*parts: bytes) -> Response:
-        return Response(content=b"".join(parts), media_type="application/json")
+    def respond(self, source: Source, positions: dict[int, int], *fields: bytes) -> Response:
+        """A JSON object of the given ``"name":value`` fields plus the freshness of ``source``."""
+        body = b"{" + b",".join((*fields, b'"freshness":' + self.freshness(source, positions))) + b"}"
+        return Response(content=body, media_type="application/json")
 
     @staticmethod
     def array(items: list[bytes]) -> bytes:
@@ -124,10 +125,8 @@ def create_app(settings: Settings) -> FastAPI:
         record, positions = view.session(user_id)
         if record is None:
             raise HTTPException(404, f"no session state for user {user_id!r}")
-        return bodies.respond(
-            b'{"session":', record.body, b',"active":', b"true" if record.active else b"false",
-            b',"freshness":', bodies.freshness(Source.SESSIONS, positions), b"}",
-        )
+        active = b"true" if record.active else b"false"
+        return bodies.respond(Source.SESSIONS, positions, b'"session":' + record.body, b'"active":' + active)
 
     @app.get(
         "/sessions",
@@ -155,8 +154,7 @@ def create_app(settings: Settings) -> FastAPI:
         page, positions = view.sessions(after, limit, active)
         next_cursor = json.dumps(encode_cursor(page.last_key) if page.last_key is not None else None).encode()
         return bodies.respond(
-            b'{"items":', bodies.array(page.items), b',"next_cursor":', next_cursor,
-            b',"freshness":', bodies.freshness(Source.SESSIONS, positions), b"}",
+            Source.SESSIONS, positions, b'"items":' + bodies.array(page.items), b'"next_cursor":' + next_cursor
         )
 
     @app.get(
@@ -170,9 +168,7 @@ def create_app(settings: Settings) -> FastAPI:
         record, positions = view.series(series_id)
         if record is None:
             raise HTTPException(404, f"no state for series {series_id!r}")
-        return bodies.respond(
-            b'{"series":', record.body, b',"freshness":', bodies.freshness(Source.SERIES, positions), b"}"
-        )
+        return bodies.respond(Source.SERIES, positions, b'"series":' + record.body)
 
     @app.get(
         "/alerts",
@@ -187,9 +183,7 @@ def create_app(settings: Settings) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many alerts.")] = 100,
     ) -> Response:
         items, positions = view.alerts(kind, entity, since, limit)
-        return bodies.respond(
-            b'{"items":', bodies.array(items), b',"freshness":', bodies.freshness(Source.ALERTS, positions), b"}"
-        )
+        return bodies.respond(Source.ALERTS, positions, b'"items":' + bodies.array(items))
 
     @app.get(
         "/alerts/stream",
