@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 import pytest
@@ -10,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamstate.jobs.metrics import JobMetrics
 from streamstate.stack import free_port
+from tests.integration.api_harness import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -26,16 +26,6 @@ def scrape(port: int) -> dict[tuple[str, frozenset], float]:
 
 def value(samples: dict, name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
-
-
-def wait_for(condition, timeout_s: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
@@ -59,13 +49,13 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
             .start()
         )
         labels = {"job": "metrics-test", "query": "rate_counts"}
-        samples = wait_for(
+        samples = wait_until(
             lambda: (s := scrape(port))
             and (value(s, "streamstate_job_batches_total", **labels) or 0) >= 3
             and value(s, "streamstate_job_watermark_delay_seconds", **labels) is not None
             and (value(s, "streamstate_job_state_rows", **labels) or 0) > 0
             and s,
-            what="three batches with state and a watermark",
+            timeout_s=60, what="three batches with state and a watermark",
         )
         assert value(samples, "streamstate_job_up", job="metrics-test") == 1
         assert value(samples, "streamstate_job_input_rows_total", **labels) > 0
@@ -84,9 +74,9 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
         assert value(after, "streamstate_job_dead_letters_total", job="metrics-test") == 1
 
         query.stop()
-        wait_for(
+        wait_until(
             lambda: value(scrape(port), "streamstate_job_up", job="metrics-test") == 0,
-            what="streamstate_job_up to drop to 0 after the query stopped",
+            timeout_s=60, what="streamstate_job_up to drop to 0 after the query stopped",
         )
     finally:
         if query is not None and query.isActive:
