@@ -249,6 +249,8 @@ def run(args: argparse.Namespace) -> dict:
         "rebuild_s": round(rebuild_s, 2),
         "api_rss_mb": api_rss,
         "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
+        # Other work on the machine moves the tail: keep the load it had next to the numbers.
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
 
 
