@@ -1,0 +1,112 @@
+"""State scale of ``map_with_state``: does a batch cost the keys it touches, or the keys in state?
+
+    .venv/bin/python bench/state_scale.py [--large 1000000] [--small 10000] [--touched 10000] [--repeats 3] [--out PATH]
+
+For each state size (small, then large):
+
+1. a query starts with that many keys as initial state (``StateSpec.initial_state`` on a
+   DataFrame; loading runs in the first batch and is timed separately);
+2. then ``--repeats`` batches of the SAME input, ``--touched`` records on as many existing keys,
+   each arrive as one file of a JSON file source (the source is not what is measured, so the
+   simplest deterministic one is used; it costs the same in both runs);
+3. the median ``triggerExecution`` time of those batches is the batch time.
+
+Prints both batch times and their ratio (the goal: under 1.5x, since only touched keys cost),
+and writes them as JSON. Nothing is asserted: figures depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "runs" / "state_scale.json"
+
+
+def count(key, value, state):
+    total = state.get_option(0) + value
+    state.update(total)
+    return None
+
+
+def write_batch(directory: Path, index: int, keys: range) -> None:
+    lines = "".join(f'{{"key":"k{k}","n":1}}\n' for k in keys)
+    staged = directory.parent / f".batch-{index}.json"
+    staged.write_text(lines)
+    staged.rename(directory / f"batch-{index:04d}.json")  # atomic: the source never sees half a file
+
+
+def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int) -> dict:
+    from pyspark.sql import functions as F
+
+    from streamstate.jobs.state import StateSpec, map_with_state
+
+    source = workdir / f"in-{keys_in_state}"
+    source.mkdir(parents=True)
+    initial = spark.range(keys_in_state).select(
+        F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"), (F.col("id") % 1000).alias("state")
+    )
+    df = spark.readStream.schema("key STRING, n INT").option("maxFilesPerTrigger", 1).json(str(source))
+    result = map_with_state(df, key="key", spec=StateSpec.function(count).initial_state(initial), value="n")
+    query = (
+        result.all.writeStream.format("noop")
+        .option("checkpointLocation", str(workdir / f"cp-{keys_in_state}"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        write_batch(source, 0, range(1))
+        started = time.perf_counter()
+        query.processAllAvailable()
+        load_s = time.perf_counter() - started
+        for index in range(1, repeats + 1):
+            write_batch(source, index, range(touched))
+            query.processAllAvailable()
+        progress = [p for p in query.recentProgress if p["numInputRows"] == touched]
+    finally:
+        query.stop()
+    batch_ms = [p["durationMs"]["triggerExecution"] for p in progress]
+    return {"keys_in_state": keys_in_state, "load_s": round(load_s, 1), "batch_ms": batch_ms, "median_ms": statistics.median(batch_ms)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", type=int, default=1_000_000)
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--touched", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    if args.touched > args.small:
+        parser.error("--touched must not exceed --small: the batch touches existing keys")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from streamstate.jobs.spark import build_spark
+    from streamstate.settings import Settings
+
+    with tempfile.TemporaryDirectory(prefix="state-scale-") as tmp:
+        workdir = Path(tmp)
+        spark = build_spark(Settings(checkpoint_root=str(workdir / "checkpoints")), app_name="bench-state-scale", spark__ui__enabled="false")
+        try:
+            small = run(spark, workdir, args.small, args.touched, args.repeats)
+            large = run(spark, workdir, args.large, args.touched, args.repeats)
+        finally:
+            spark.stop()
+    ratio = large["median_ms"] / small["median_ms"]
+    print(f"{'keys in state':>14} {'load s':>8} {'batch ms (median)':>18}  batches ms")
+    for row in (small, large):
+        print(f"{row['keys_in_state']:>14,} {row['load_s']:>8} {row['median_ms']:>18,.0f}  {row['batch_ms']}")
+    verdict = "goal met" if ratio < 1.5 else "goal missed"
+    print(f"batch time with {args.large:,} keys vs {args.small:,}, same {args.touched:,}-record batch: {ratio:.2f}x ({verdict}: < 1.5x)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"small": small, "large": large, "ratio": round(ratio, 3), "touched": args.touched}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
