@@ -76,6 +76,7 @@ async def drive(url: str, rate: float, duration_s: float, users: int, connection
     rng = random.Random(seed)
     samples: dict[str, list[float]] = {"/sessions/{user_id}": [], "/sessions": []}
     statuses: dict[str, int] = {}
+    slow_by_second: dict[int, int] = {}  # when the >100 ms answers were scheduled: one stall or spread out?
     errors = 0
     due: asyncio.Queue = asyncio.Queue()
 
@@ -90,7 +91,11 @@ async def drive(url: str, rate: float, duration_s: float, users: int, connection
                 errors += 1
                 continue
             statuses[str(status)] = statuses.get(str(status), 0) + 1
-            samples[route].append((time.perf_counter() - scheduled) * 1000)
+            latency_ms = (time.perf_counter() - scheduled) * 1000
+            samples[route].append(latency_ms)
+            if latency_ms > 100:
+                second = int(scheduled - start)
+                slow_by_second[second] = slow_by_second.get(second, 0) + 1
         connection.close()
 
     workers = [asyncio.create_task(worker()) for _ in range(connections)]
@@ -110,7 +115,7 @@ async def drive(url: str, rate: float, duration_s: float, users: int, connection
     for _ in workers:
         due.put_nowait(None)
     await asyncio.gather(*workers)
-    return {"samples": samples, "statuses": statuses, "errors": errors, "sent_over_s": sent_over_s}
+    return {"samples": samples, "statuses": statuses, "errors": errors, "sent_over_s": sent_over_s, "slow_by_second": slow_by_second}
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -181,6 +186,12 @@ def publish_alerts(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -227,12 +238,14 @@ def run(args: argparse.Namespace) -> dict:
         )
         print(f"view rebuilt in {rebuild_s:.1f}s: {view_sessions:,.0f} sessions, API RSS {rss_mb(api.pid)} MB", flush=True)
         print(f"driving {args.rate:.0f} req/s for {args.duration:.0f}s from a second process ...", flush=True)
+        cpu_before = cpu_seconds(api.pid)
         driver = subprocess.run(
             [sys.executable, __file__, "--drive", url, "--rate", str(args.rate), "--duration", str(args.duration),
              "--sessions", str(args.sessions), "--connections", str(args.connections)],
             capture_output=True, text=True, check=True, timeout=args.duration * 3 + 60,
         )
         load = json.loads(driver.stdout)
+        api_cpu_s = cpu_seconds(api.pid) - cpu_before
         api_rss = rss_mb(api.pid)
     all_samples = [v for values in load["samples"].values() for v in values]
     return {
@@ -246,7 +259,10 @@ def run(args: argparse.Namespace) -> dict:
         "errors": load["errors"],
         "overall": percentiles(all_samples),
         "by_route": {route: percentiles(values) for route, values in load["samples"].items()},
+        "answers_over_100ms_by_second_of_load": load["slow_by_second"],
         "rebuild_s": round(rebuild_s, 2),
+        # CPU the API spent per answer: unlike the latencies, this does not depend on what else runs.
+        "api_cpu_ms_per_request": round(api_cpu_s * 1000 / max(len(all_samples), 1), 3),
         "api_rss_mb": api_rss,
         "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
         # Other work on the machine moves the tail: keep the load it had next to the numbers.
