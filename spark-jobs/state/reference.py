@@ -217,11 +217,12 @@ def run_update_state_by_key(
     initial_state: Any = None,
     timeout: Any = None,
     event_time: bool = False,
+    state_type: Any = None,
     processing_times_ms: Sequence[int] | None = None,
     watermark_delay_ms: int = 0,
 ) -> list[Row]:
     """``update_state_by_key`` semantics over ``batches``; outputs are the new states as JSON."""
-    spec = StateSpec.batch_function(_state_updater(func)).initial_state(initial_state)
+    spec = StateSpec.batch_function(_state_updater(func)).initial_state(initial_state).state_type(state_type)
     if timeout is not None:
         spec = spec.timeout(timeout)
     if event_time:

@@ -10,7 +10,7 @@ import pytest
 from streamstate.examples import anomalies, analytics, behaviour, bounded, first_last, robust, sessions, word_count
 from streamstate.examples.runner import read_json_topic
 from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.reference import ReferenceRun, by_key, run_map_with_state, run_update_state_by_key
+from streamstate.jobs.state.reference import by_key, run_map_with_state, run_update_state_by_key
 from streamstate.jobs.state.testing import RowCollector, kinds, produce_json
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -88,22 +88,25 @@ def event_batches(seed: int) -> list[list[dict]]:
     return [first, second, third]
 
 
-def as_records(batch: list[dict], key: str, fields: list[str], time_field: str | None = "ts"):
-    return [(r[key], {f: r[f] for f in fields}, r[time_field] if time_field else None) for r in batch]
+def event_records(batches: list[list[dict]]) -> list[list[tuple]]:
+    """The reference's records of user-event batches: (user, {type, ts}, ts)."""
+    return [[(r["user_id"], {"type": r["type"], "ts": r["ts"]}, r["ts"]) for r in batch] for batch in batches]
+
+
+def run_event_batches(spark, settings, bootstrap, topic, batches, schema, build, tmp_path):
+    """run_batches over user events in event time, watermark one minute behind."""
+    return run_batches(
+        spark, settings, bootstrap, topic, batches, schema, build, tmp_path, event_time_ms="ts", watermark_delay="1 minute"
+    )
 
 
 def test_session_tracking_logout_and_inactivity(spark, settings, bootstrap, new_topic, tmp_path):
     batches = event_batches(seed=1)
-    rows = run_batches(
-        spark, settings, bootstrap, new_topic(), batches, sessions.SCHEMA, sessions.track_sessions, tmp_path,
-        event_time_ms="ts", watermark_delay="1 minute",
+    rows = run_event_batches(
+        spark, settings, bootstrap, new_topic(), batches, sessions.SCHEMA, sessions.track_sessions, tmp_path
     )
     expected = run_update_state_by_key(
-        sessions.update_session,
-        [as_records(b, "user_id", ["type", "ts"]) for b in batches],
-        timeout=sessions.INACTIVITY,
-        event_time=True,
-        watermark_delay_ms=MINUTE,
+        sessions.update_session, event_records(batches), timeout=sessions.INACTIVITY, event_time=True, watermark_delay_ms=MINUTE
     )
     assert by_key(rows) == by_key(expected)
     tombstones = [r[1] for r in kinds(rows, "snapshot") if r[2] is None]
@@ -118,9 +121,8 @@ def test_running_analytics_typed_state(spark, settings, bootstrap, new_topic, tm
         spark, settings, bootstrap, new_topic(), points, analytics.SCHEMA, analytics.running_analytics, tmp_path
     )
     expected = run_update_state_by_key(
-        analytics.update_analytics, [[(p["series_id"], p["value"]) for p in points]]
+        analytics.update_analytics, [[(p["series_id"], p["value"]) for p in points]], state_type=analytics.Analytics
     )
-    # The reference keeps the state untyped; the typed spec's JSON is the same document.
     assert by_key(rows) == by_key(expected)
     m0 = [p["value"] for p in points if p["series_id"] == "m0"]
     final = analytics.Analytics.model_validate_json(kinds(by_key_rows(rows, "m0"), "snapshot")[-1][2])
@@ -134,13 +136,10 @@ def by_key_rows(rows, key):
 
 def test_user_behaviour_summary_on_timeout(spark, settings, bootstrap, new_topic, tmp_path):
     batches = event_batches(seed=3)
-    rows = run_batches(
-        spark, settings, bootstrap, new_topic(), batches, behaviour.SCHEMA, behaviour.analyse_behaviour, tmp_path,
-        event_time_ms="ts", watermark_delay="1 minute",
+    rows = run_event_batches(
+        spark, settings, bootstrap, new_topic(), batches, behaviour.SCHEMA, behaviour.analyse_behaviour, tmp_path
     )
-    expected = run_map_with_state(
-        behaviour.behaviour_spec(), [as_records(b, "user_id", ["type", "ts"]) for b in batches], watermark_delay_ms=MINUTE
-    )
+    expected = run_map_with_state(behaviour.behaviour_spec(), event_records(batches), watermark_delay_ms=MINUTE)
     assert by_key(rows) == by_key(expected)
     summaries = [r[1] for r in kinds(rows, "output") if '"user_summary"' in r[2]]
     assert sorted(summaries) == ["u2", "u3", "u4", "u5", "u6", "u7"]  # idle since batch 1 (u2: batch 2)
