@@ -13,6 +13,10 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) -> SparkSession:
     # Python workers must run the same interpreter (the project venv) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -21,8 +25,10 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     builder = (
         SparkSession.builder.appName(app_name)
         .master(settings.spark_master)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", settings.spark_driver_host)
+        # On a cluster the executors connect back to the driver: listen on every interface
+        # unless the advertised host is loopback (the embedded stack and tests).
+        .config("spark.driver.bindAddress", "127.0.0.1" if _is_loopback(settings.spark_driver_host) else "0.0.0.0")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config(
             "spark.sql.streaming.stateStore.providerClass",

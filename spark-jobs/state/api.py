@@ -165,6 +165,7 @@ def _run(
         event_time=spec.event_time_column is not None,
         late_to_dead_letter=spec.late_records == "dead_letter",
         ordered_by_offset="offset" in df.columns,
+        snapshot=spec.snapshot_fn,
     )
     initial = None
     if spec.initial is not None:

@@ -53,6 +53,7 @@ class Plan:
     event_time: bool
     late_to_dead_letter: bool
     ordered_by_offset: bool
+    snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
 
 
 def as_outputs(result: Any, per_record: bool) -> list:
@@ -172,17 +173,29 @@ class KeyRun:
             for row in rows:
                 if self.call(plain(row[VALUE]), [row]):
                     kept = self.deadline if self.state.exists() else None
-                    self.deadline = self.touched_deadline([row[TIME]], kept)
+                    self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME]], kept))
         elif self.call([plain(row[VALUE]) for row in rows], rows):
             kept = self.deadline if self.committed is not None else None
-            self.deadline = self.touched_deadline([row[TIME] for row in rows], kept)
+            self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME] for row in rows], kept))
 
     def apply_timeout(self) -> None:
         if self.call(None if self.plan.per_record else [], [], timing_out=True):
             if not (self.state._touched and self.state.exists()):
                 self.committed = None
-        # Kept after a timeout (or after a failing timeout call): no timer until new data.
-        self.deadline = None
+            # Kept after a timeout: no timer until new data, unless the call set one.
+            self.deadline = self._deadline_after_call(None)
+        else:
+            self.deadline = None
+
+    def _deadline_after_call(self, idle_deadline: int | None) -> int | None:
+        return None if self.committed is None else self.state._explicit_timeout(idle_deadline)
+
+    def snapshot_payload(self) -> str | None:
+        """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
+        if self.plan.snapshot is None:
+            return self.committed
+        view = self.plan.snapshot(self.key, None if self.committed is None else self.state._value)
+        return view if view is None or isinstance(view, str) else to_json(view)
 
 
 class MappingProcessor(StatefulProcessor):
@@ -228,11 +241,11 @@ class MappingProcessor(StatefulProcessor):
         if run.committed is None:
             if old_text is not None:
                 self.store.clear()
-                run.rows.append((SNAPSHOT, run.key_text, None, None, None, None, None))
+                run.rows.append((SNAPSHOT, run.key_text, run.snapshot_payload(), None, None, None, None))
         elif run.committed != old_text or run.deadline != old_deadline:
             self.store.update((run.committed, run.deadline))
             if run.committed != old_text:
-                run.rows.append((SNAPSHOT, run.key_text, run.committed, None, None, None, None))
+                run.rows.append((SNAPSHOT, run.key_text, run.snapshot_payload(), None, None, None, None))
         if run.deadline != old_timer:
             if old_timer is not None:
                 self.handle.deleteTimer(old_timer)

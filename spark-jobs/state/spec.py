@@ -83,6 +83,7 @@ class StateSpec:
     event_time_column: str | None = None
     late_records: LateRecords = "process"
     state_cls: Any = None
+    snapshot_fn: Callable[[Any, Any], Any] | None = None
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -134,6 +135,14 @@ class StateSpec:
         if late not in ("process", "dead_letter"):
             raise ValueError(f"late must be 'process' or 'dead_letter', got {late!r}")
         return replace(self, event_time_column=column, late_records=late)
+
+    def snapshots(self, snapshot: Callable[[Any, Any], Any]) -> StateSpec:
+        """Publish ``snapshot(key, state)`` in :meth:`StateResult.state_snapshots` instead of the raw
+        state JSON (``state`` is None when the key was removed; returning None makes a tombstone).
+        Lets a job keep rich internal state and publish a public record derived from it."""
+        if not callable(snapshot):
+            raise TypeError(f"StateSpec.snapshots needs a callable, got {type(snapshot).__name__}")
+        return replace(self, snapshot_fn=snapshot)
 
     def state_type(self, state_cls: Any) -> StateSpec:
         """Keep the state as this type (a pydantic model, dataclass, or any pydantic-validatable type)."""

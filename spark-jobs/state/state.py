@@ -100,7 +100,9 @@ class State:
     batch time and the wall clock at the call stands in).
     """
 
-    __slots__ = ("key", "_value", "_removed", "_touched", "_timing_out", "watermark_ms", "processing_time_ms")
+    __slots__ = (
+        "key", "_value", "_removed", "_touched", "_timing_out", "_timeout_at", "watermark_ms", "processing_time_ms"
+    )
 
     def __init__(self, key: Any, value: Any = _MISSING, *, watermark_ms: int = -1, processing_time_ms: int = -1):
         self.key = key
@@ -108,6 +110,7 @@ class State:
         self._removed = False
         self._touched = False
         self._timing_out = False
+        self._timeout_at: Any = _MISSING
         self.watermark_ms = watermark_ms
         self.processing_time_ms = processing_time_ms
 
@@ -152,11 +155,26 @@ class State:
         """True only in the call made (with no value) because the key has been idle for the timeout."""
         return self._timing_out
 
+    def set_timeout_timestamp(self, timestamp_ms: int | None) -> None:
+        """Time this key out when the watermark (event time) or the clock (processing time)
+        reaches ``timestamp_ms``, like Spark's ``GroupState.setTimeoutTimestamp``; ``None``
+        clears it. It replaces the spec's idle timeout for this key until the next call that
+        sets it again (or, if none does, until the idle rule applies after the next record).
+        """
+        if timestamp_ms is not None and (isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)):
+            raise StateUsageError(f"a timeout timestamp is epoch milliseconds (int) or None, got {timestamp_ms!r}")
+        self._timeout_at = timestamp_ms
+
     # ----------------------------------------------------------------- driver side
     def _begin_call(self, timing_out: bool = False) -> None:
         self._removed = False
         self._touched = False
         self._timing_out = timing_out
+        self._timeout_at = _MISSING
+
+    def _explicit_timeout(self, otherwise: int | None) -> int | None:
+        """The timestamp set by the last call, else ``otherwise``."""
+        return otherwise if self._timeout_at is _MISSING else self._timeout_at
 
     def _reset(self, value: Any) -> None:
         self._value = value
