@@ -98,7 +98,7 @@ def scenario_outputs(compose_stack):
     topics = Settings(bootstrap_servers=BOOTSTRAP)
     scenario = build_scenario(SCENARIO_SEED)
     produce_scenario(BOOTSTRAP, scenario, topics)
-    return scenario, collect_outputs(BOOTSTRAP, topics, api_url=API_URL)
+    return scenario, collect_outputs(BOOTSTRAP, topics, api_url=API_URL, scenario=scenario)
 
 
 def topic_record_counts(topics: list[str]) -> dict[str, int]:
@@ -137,7 +137,7 @@ def api_sessions_page() -> bytes:
 def test_scenario_alerts_and_snapshots_match(scenario_outputs):
     from tests.scenario import assert_outputs_match
 
-    assert_outputs_match(*scenario_outputs)
+    assert_outputs_match(*scenario_outputs, Settings(bootstrap_servers=BOOTSTRAP))
 
 
 def test_checkpoints_are_objects_in_the_minio_bucket(compose_stack, scenario_outputs):

@@ -1,0 +1,72 @@
+"""The anomalies job: metrics -> anomaly alerts, metric-state, dead-letters.
+
+    streamstate-anomalies-job --help
+
+One streaming query: Kafka source -> contract validation (non-numeric or missing values
+become dead letters and never reach the state) -> ``map_with_state`` per series running
+:mod:`streamstate.jobs.rules.anomalies` on each value in arrival order -> routed to the
+output topics. A series idle for ``series_idle_timeout_ms`` of event time is expired and
+tombstoned on ``metric-state``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamstate.contracts import Metric
+from streamstate.jobs.kafka import read_kafka
+from streamstate.jobs.routing import state_rows
+from streamstate.jobs.rules import anomalies
+from streamstate.jobs.rules.reference import anomaly_rule
+from streamstate.jobs.runner import main_for
+from streamstate.jobs.state import State, StateSpec, map_with_state
+from streamstate.jobs.validation import dead_letters, good_rows, validate
+from streamstate.settings import Settings
+
+DESCRIPTION = "Anomalies job: rolling-window z-score alerts and running statistics per metric series."
+
+
+def on_series(rule: anomalies.AnomalyRule, series_id: str, points: list[dict[str, Any]], state: State):
+    """Batch function: fold the series' new values in arrival (offset) order."""
+    if state.is_timing_out():
+        return  # idle: not updating removes the series (tombstone)
+    current = state.get() if state.exists() else anomalies.new_state()
+    points.sort(key=lambda p: (p["partition"], p["offset"]))
+    for point in points:
+        alert = anomalies.observe(current, series_id, point["ts"], point["value"], rule)
+        if alert is not None:
+            yield {"kind": "alert", "key": alert.alert_id, "payload": alert.model_dump_json()}
+    state.update(current)
+
+
+def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> str | None:
+    return None if state is None else anomalies.snapshot(series_id, state, rule).model_dump_json()
+
+
+def build(spark: SparkSession, settings: Settings) -> DataFrame:
+    raw = read_kafka(spark, settings, subscribe=settings.topic_metrics, startingOffsets="earliest")
+    checked = validate(raw, Metric)
+    points = good_rows(checked).withColumn("event_time", F.timestamp_millis("ts")).withWatermark(
+        "event_time", f"{settings.watermark_delay_ms} milliseconds"
+    )
+    rule = anomaly_rule(settings)
+    spec = (
+        StateSpec.batch_function(partial(on_series, rule))
+        .event_time("ts")
+        .timeout(settings.series_idle_timeout_ms)
+        .snapshots(partial(series_snapshot, rule))
+    )
+    result = map_with_state(
+        points.select("series_id", "ts", "value", "topic", "partition", "offset"), key="series_id", spec=spec
+    )
+    return state_rows(result, "metric_state").unionByName(dead_letters(checked))
+
+
+main = main_for("anomalies", DESCRIPTION, build)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Command line and lifecycle shared by the two jobs: settings, Spark, metrics, one query.
+
+A job is a function ``build(spark, settings) -> DataFrame`` of (kind, key, payload)
+rows; the runner starts the streaming query that routes those rows to Kafka, exports
+metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets and state
+are committed together) and exits non-zero with the error when the query fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from streamstate.settings import Settings
+
+log = logging.getLogger("streamstate.jobs")
+
+JobBuilder = Callable[[SparkSession, Settings], DataFrame]
+
+
+def parse_args(job: str, description: str, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
+    parser = argparse.ArgumentParser(
+        prog=f"streamstate-{job}-job",
+        description=description,
+        epilog="Every option defaults to its STREAMSTATE_* setting (see README, Configuration).",
+    )
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
+    parser.add_argument("--master", help="Spark master URL: local[N], spark://host:7077, k8s://...")
+    parser.add_argument("--checkpoint", help=f"checkpoint location (default: <checkpoint_root>/{job})")
+    parser.add_argument("--trigger", help="micro-batch interval, e.g. '2 seconds'")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything available now, then stop (batch-style run; used by tests and benchmarks)",
+    )
+    parser.add_argument("--max-offsets-per-trigger", type=int, help="records per micro-batch, all partitions")
+    parser.add_argument("--shuffle-partitions", type=int, help="state partitions (fixed per checkpoint)")
+    parser.add_argument("--metrics-port", type=int, help="port of the job's Prometheus /metrics (0: none)")
+    args = parser.parse_args(argv)
+    overrides = {
+        "bootstrap_servers": args.bootstrap_servers,
+        "spark_master": args.master,
+        "trigger_interval": args.trigger,
+        "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        "shuffle_partitions": args.shuffle_partitions,
+        f"{job}_metrics_port": args.metrics_port,
+    }
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValueError as exc:
+        parser.error(" ".join(str(exc).split()))
+    return args, settings
+
+
+def start_query(
+    spark: SparkSession,
+    settings: Settings,
+    job: str,
+    build: JobBuilder,
+    checkpoint: str,
+    available_now: bool = False,
+    metrics=None,
+) -> StreamingQuery:
+    """Start a job's one streaming query (also used in-process by the tests)."""
+    from streamstate.jobs.routing import batch_router
+
+    writer = (
+        build(spark, settings)
+        .writeStream.queryName(job)
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(batch_router(settings, metrics))
+    )
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
+    return writer.start()
+
+
+def run_job(job: str, description: str, build: JobBuilder, argv: list[str] | None = None) -> int:
+    args, settings = parse_args(job, description, argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {job}-job %(levelname)s %(message)s")
+    from streamstate.jobs.metrics import JobMetrics
+    from streamstate.jobs.spark import build_spark
+
+    checkpoint = args.checkpoint or settings.checkpoint(job)
+    spark = build_spark(settings, app_name=f"streamstate-{job}")
+    metrics = JobMetrics(job=job, port=getattr(settings, f"{job}_metrics_port"))
+    metrics.attach(spark)
+    query = start_query(spark, settings, job, build, checkpoint, available_now=args.available_now, metrics=metrics)
+    log.info("query %s started: checkpoint %s, broker %s", job, checkpoint, settings.bootstrap_servers)
+
+    stop_requested = threading.Event()
+
+    def _stop(signum, frame):  # noqa: ARG001
+        log.info("signal %s: stopping after the current batch", signum)
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while query.isActive and not stop_requested.is_set():
+            query.awaitTermination(1)
+    except Exception as exc:  # noqa: BLE001 - the one place a job reports its failure
+        log.error("query %s failed: %s", job, " ".join(str(exc).split())[:2000])
+        return 1
+    finally:
+        if query.isActive:
+            query.stop()
+        metrics.close()
+        spark.stop()
+    if query.exception() is not None:
+        log.error("query %s failed: %s", job, query.exception())
+        return 1
+    log.info("query %s stopped", job)
+    return 0
+
+
+def main_for(job: str, description: str, build: JobBuilder) -> Callable[[], None]:
+    def main() -> None:
+        sys.exit(run_job(job, description, build))
+
+    return main

@@ -1,0 +1,178 @@
+"""The scripted end-to-end scenario, shared by the embedded, cluster, crash and compose tests.
+
+A fixed-seed mix of user sessions (with duplicates, late events and malformed records)
+and metric series (with injected anomalies and malformed points) is produced to the input
+topics; the delivery reports give every record's (partition, offset), and the plain-Python
+reference (:mod:`streamstate.jobs.rules.reference`) computes from those exact records what
+the jobs must write. :func:`collect_outputs` reads the output topics (and optionally the
+API) until they match or stop changing; :func:`assert_outputs_match` compares exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from streamstate.contracts import Alert, ClosedSession, DeadLetter, MetricSnapshot, SessionSnapshot
+from streamstate.jobs.rules.reference import PipelineOutputs, SourceRecord, run_reference
+from streamstate.producers.generators import MetricGenerator, UserEventGenerator, interleave
+from streamstate.settings import Settings
+
+EVENTS = 2_500
+METRICS = 1_500
+
+
+@dataclass
+class Scenario:
+    seed: int
+    records: list  # ProducedRecord, topic names as generated (user-events / metrics)
+    produced: list[SourceRecord] = field(default_factory=list)  # filled by produce_scenario
+
+    def expected(self, settings: Settings) -> PipelineOutputs:
+        return run_reference(self.produced, settings)
+
+
+def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS) -> Scenario:
+    users = UserEventGenerator(
+        seed=seed, users=60, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03, max_lateness_ms=60_000
+    )
+    series = MetricGenerator(seed=seed + 1, series=8, interval_ms=15_000, anomaly_rate=0.01, malformed_rate=0.02)
+    records = list(itertools.islice(interleave([(users.take(events), events), (series.take(metrics), metrics)]), events + metrics))
+    return Scenario(seed=seed, records=records)
+
+
+def produce_scenario(bootstrap: str, scenario: Scenario, settings: Settings) -> list[SourceRecord]:
+    """Produce every record (in order, per-key order kept) and remember where each landed."""
+    topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    landed: list[SourceRecord] = []
+    failures: list[str] = []
+
+    def report(error, message):
+        if error is not None:
+            failures.append(str(error))
+            return
+        landed.append(
+            SourceRecord(message.topic(), message.partition(), message.offset(), message.key(), message.value(), message.timestamp()[1])
+        )
+
+    for record in scenario.records:
+        producer.produce(topic_of[record.topic], key=record.key, value=record.value, on_delivery=report)
+        producer.poll(0)
+    producer.flush(60)
+    assert not failures, f"scenario records not delivered: {failures[:3]}"
+    assert len(landed) == len(scenario.records)
+    scenario.produced = landed
+    return landed
+
+
+@dataclass
+class Outputs:
+    alerts: dict[str, Alert]
+    alert_copies: int  # records on the alerts topic, duplicates included
+    sessions: dict[str, ClosedSession]
+    dead_letters: dict[tuple[str, int, int], DeadLetter]
+    session_state: dict[str, SessionSnapshot]
+    metric_state: dict[str, MetricSnapshot]
+    api_alert_ids: list[str] | None = None
+
+
+def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5) -> list:
+    """Every record of ``topic`` from the beginning, reading until nothing new arrives for idle_s."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "scenario-reader", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        records, last_new = [], time.monotonic()
+        while time.monotonic() - last_new < idle_s:
+            for message in consumer.consume(1000, timeout=0.2):
+                if message.error() is None:
+                    records.append(message)
+                    last_new = time.monotonic()
+                elif message.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"reading {topic}: {message.error()}")
+        return records
+    finally:
+        consumer.close()
+
+
+def _compacted(messages, model):
+    latest: dict[str, object] = {}
+    for message in sorted(messages, key=lambda m: (m.partition(), m.offset())):
+        key = message.key().decode()
+        if message.value() is None:
+            latest.pop(key, None)
+        else:
+            latest[key] = model.model_validate_json(message.value())
+    return latest
+
+
+def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None) -> Outputs:
+    alerts = read_topic(bootstrap, settings.topic_alerts)
+    dead = [DeadLetter.model_validate_json(m.value()) for m in read_topic(bootstrap, settings.topic_dead_letters)]
+    outputs = Outputs(
+        alerts={a.alert_id: a for a in (Alert.model_validate_json(m.value()) for m in alerts)},
+        alert_copies=len(alerts),
+        sessions={
+            s.session_id: s
+            for s in (ClosedSession.model_validate_json(m.value()) for m in read_topic(bootstrap, settings.topic_sessions))
+        },
+        dead_letters={(d.source_topic, d.source_partition, d.source_offset): d for d in dead},
+        session_state=_compacted(read_topic(bootstrap, settings.topic_session_state), SessionSnapshot),
+        metric_state=_compacted(read_topic(bootstrap, settings.topic_metric_state), MetricSnapshot),
+    )
+    if api_url is not None:
+        with urllib.request.urlopen(f"{api_url}/alerts?limit=1000", timeout=10) as response:
+            body = json.loads(response.read())
+        outputs.api_alert_ids = [a["alert_id"] for a in body["alerts"]]
+    return outputs
+
+
+def _differences(expected: PipelineOutputs, got: Outputs) -> list[str]:
+    problems = []
+    for name in ("alerts", "sessions", "dead_letters", "session_state", "metric_state"):
+        want, have = getattr(expected, name), getattr(got, name)
+        missing = sorted(set(want) - set(have), key=str)
+        extra = sorted(set(have) - set(want), key=str)
+        changed = sorted((k for k in set(want) & set(have) if want[k] != have[k]), key=str)
+        if missing or extra or changed:
+            problems.append(
+                f"{name}: {len(missing)} missing {missing[:3]}, {len(extra)} unexpected {extra[:3]}, "
+                f"{len(changed)} different {[(k, want[k], have[k]) for k in changed[:1]]}"
+            )
+    return problems
+
+
+def collect_outputs(
+    bootstrap: str, settings: Settings, api_url: str | None = None, scenario: Scenario | None = None, timeout_s: float = 240
+) -> Outputs:
+    """Read the outputs until they equal the scenario's expectation (or the timeout passes)."""
+    expected = scenario.expected(settings) if scenario is not None else None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = read_outputs(bootstrap, settings, api_url)
+        if expected is None or not _differences(expected, got) or time.monotonic() > deadline:
+            return got
+        time.sleep(3)
+
+
+def assert_outputs_match(scenario: Scenario, got: Outputs, settings: Settings | None = None) -> None:
+    settings = settings or Settings()
+    expected = scenario.expected(settings)
+    # The scenario must exercise every path, or matching it proves little.
+    kinds = {a.kind for a in expected.alerts.values()}
+    assert {"anomaly", "purchase_without_view"} <= kinds, f"scenario raises too few alert kinds: {kinds}"
+    assert {s.ended_by for s in expected.sessions.values()} == {"logout", "timeout"}
+    assert expected.dead_letters and expected.metric_state and expected.session_state
+    problems = _differences(expected, got)
+    assert not problems, "outputs differ from the reference:\n" + "\n".join(problems)
+    if got.api_alert_ids is not None:
+        assert sorted(got.api_alert_ids) == sorted(set(got.api_alert_ids)), "the API shows an alert twice"
+        assert set(got.api_alert_ids) == set(expected.alerts), "the API's alerts differ from the reference"
