@@ -8,6 +8,7 @@ downstream), and counts what it wrote into the job's Prometheus metrics.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Callable
 
@@ -20,6 +21,9 @@ from streamstate.settings import Settings
 log = logging.getLogger(__name__)
 
 ROW_SCHEMA = "kind string, key string, payload string"
+
+# Rows that only feed the job's metrics: (kind "count", key = counter name, payload = increment).
+COUNT_KIND = "count"
 
 # kind -> the Settings field naming its topic
 TOPIC_OF_KIND = {
@@ -39,26 +43,43 @@ def topic_for(kind: str, settings: Settings) -> str:
 def batch_router(settings: Settings, metrics=None, on_batch: Callable[[int, dict[str, int]], None] | None = None):
     """A ``foreachBatch`` function writing each kind of row to its topic."""
 
+    # Sessions opened minus closed since this process started: the gauge cannot know what was
+    # open before a restart without scanning every key's state.
+    open_sessions = {"value": 0}
+
     def route(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
-            summary = batch.groupBy("kind", F.get_json_object("payload", "$.kind").alias("alert_kind"), F.get_json_object("payload", "$.ended_by").alias("ended_by")).count().collect()
+            summary = (
+                batch.groupBy(
+                    "kind",
+                    F.get_json_object("payload", "$.kind").alias("alert_kind"),
+                    F.get_json_object("payload", "$.ended_by").alias("ended_by"),
+                    F.when(F.col("kind") == COUNT_KIND, F.col("key")).alias("counter"),
+                )
+                .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == COUNT_KIND, F.col("payload").cast("long"))).alias("total"))
+                .collect()
+            )
             counts: dict[str, int] = {}
             for row in summary:
-                counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
-            unknown = set(counts) - set(TOPIC_OF_KIND)
+                counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
+            unknown = set(counts) - set(TOPIC_OF_KIND) - {COUNT_KIND}
             if unknown:
                 raise ValueError(f"rows of unknown kind {sorted(unknown)} in batch {batch_id}")
             for kind, n in sorted(counts.items()):
+                if kind == COUNT_KIND:
+                    continue
+                topic = topic_for(kind, settings)
                 written = write_kafka(
-                    batch.filter(F.col("kind") == kind).select("key", F.col("payload").alias("value")),
-                    settings,
-                    topic=topic_for(kind, settings),
+                    batch.filter(F.col("kind") == kind).select("key", F.col("payload").alias("value")), settings, topic=topic
                 )
                 if written != n:
-                    raise RuntimeError(f"batch {batch_id}: wrote {written} of {n} {kind} records")
+                    raise RuntimeError(f"batch {batch_id}: wrote {written} of {n} {kind} records to {topic}")
             if metrics is not None:
-                _count(metrics, summary)
+                open_sessions["value"] += metrics_update(metrics, settings, summary)
+                metrics.sessions_open.set(max(0, open_sessions["value"]))
+                if counts.get("event_count"):
+                    _set_window_counts(metrics, batch)
             if on_batch is not None:
                 on_batch(batch_id, counts)
         finally:
@@ -67,16 +88,35 @@ def batch_router(settings: Settings, metrics=None, on_batch: Callable[[int, dict
     return route
 
 
-def _count(metrics, summary) -> None:
+def metrics_update(metrics, settings: Settings, summary) -> int:
+    """Count a batch's rows into the job metrics; returns sessions opened minus closed."""
+    open_delta = 0
     for row in summary:
-        kind, n = row["kind"], row["count"]
-        metrics.records_out.labels(topic=kind).inc(n)
+        kind, n = row["kind"], row["rows"]
+        if kind == COUNT_KIND:
+            if row["counter"] == "sessions_opened":
+                open_delta += row["total"] or 0
+            continue
+        metrics.records_out.labels(topic=topic_for(kind, settings)).inc(n)
         if kind == "dead_letter":
             metrics.dead_letters.inc(n)
         elif kind == "alert" and row["alert_kind"]:
             metrics.alerts.labels(kind=row["alert_kind"]).inc(n)
         elif kind == "session" and row["ended_by"]:
             metrics.sessions_closed.labels(ended_by=row["ended_by"]).inc(n)
+            open_delta -= n
+    return open_delta
+
+
+def _set_window_counts(metrics, event_counts: DataFrame) -> None:
+    """The newest window's count per event type."""
+    rows = [json.loads(r["payload"]) for r in event_counts.filter(F.col("kind") == "event_count").select("payload").collect()]
+    if not rows:
+        return
+    newest = max(r["window_end"] for r in rows)
+    for r in rows:
+        if r["window_end"] == newest:
+            metrics.events_by_type.labels(type=r["type"]).set(r["count"])
 
 
 def state_rows(result, snapshot_kind: str) -> DataFrame:

@@ -23,6 +23,8 @@ from streamstate.settings import Settings
 log = logging.getLogger("streamstate.jobs")
 
 JobBuilder = Callable[[SparkSession, Settings], DataFrame]
+# name -> (builder of (kind, key, payload) rows, output mode): secondary queries of a job
+ExtraQueries = dict[str, tuple[JobBuilder, str]]
 
 
 def parse_args(job: str, description: str, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
@@ -67,13 +69,15 @@ def start_query(
     checkpoint: str,
     available_now: bool = False,
     metrics=None,
+    output_mode: str = "append",
 ) -> StreamingQuery:
-    """Start a job's one streaming query (also used in-process by the tests)."""
+    """Start one of a job's streaming queries (also used in-process by the tests)."""
     from streamstate.jobs.routing import batch_router
 
     writer = (
         build(spark, settings)
         .writeStream.queryName(job)
+        .outputMode(output_mode)
         .option("checkpointLocation", checkpoint)
         .foreachBatch(batch_router(settings, metrics))
     )
@@ -81,7 +85,9 @@ def start_query(
     return writer.start()
 
 
-def run_job(job: str, description: str, build: JobBuilder, argv: list[str] | None = None) -> int:
+def run_job(
+    job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None, argv: list[str] | None = None
+) -> int:
     args, settings = parse_args(job, description, argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {job}-job %(levelname)s %(message)s")
     from streamstate.jobs.metrics import JobMetrics
@@ -92,36 +98,44 @@ def run_job(job: str, description: str, build: JobBuilder, argv: list[str] | Non
     metrics = JobMetrics(job=job, port=getattr(settings, f"{job}_metrics_port"))
     metrics.attach(spark)
     query = start_query(spark, settings, job, build, checkpoint, available_now=args.available_now, metrics=metrics)
+    secondary = [
+        start_query(spark, settings, name, builder, f"{checkpoint}-{name}", args.available_now, metrics, mode)
+        for name, (builder, mode) in (extra or {}).items()
+    ]
     log.info("query %s started: checkpoint %s, broker %s", job, checkpoint, settings.bootstrap_servers)
 
     stop_requested = threading.Event()
 
     def _stop(signum, frame):  # noqa: ARG001
-        log.info("signal %s: stopping after the current batch", signum)
+        log.info("signal %s: stopping; a batch cut short is re-run from the checkpoint on restart", signum)
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    queries = [query, *secondary]
     try:
-        while query.isActive and not stop_requested.is_set():
-            query.awaitTermination(1)
-    except Exception as exc:  # noqa: BLE001 - the one place a job reports its failure
-        log.error("query %s failed: %s", job, " ".join(str(exc).split())[:2000])
-        return 1
+        # availableNow: wait for every query to drain; otherwise any query ending ends the job.
+        while not stop_requested.is_set() and (
+            any(q.isActive for q in queries) if args.available_now else all(q.isActive for q in queries)
+        ):
+            stop_requested.wait(1)
     finally:
-        if query.isActive:
-            query.stop()
+        for running in queries:
+            if running.isActive:
+                running.stop()
         metrics.close()
-        spark.stop()
-    if query.exception() is not None:
-        log.error("query %s failed: %s", job, query.exception())
+    failures = [(q.name, q.exception()) for q in queries if q.exception() is not None]
+    spark.stop()
+    for name, error in failures:
+        log.error("query %s failed: %s", name, " ".join(str(error).split())[:2000])
+    if failures:
         return 1
     log.info("query %s stopped", job)
     return 0
 
 
-def main_for(job: str, description: str, build: JobBuilder) -> Callable[[], None]:
+def main_for(job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None) -> Callable[[], None]:
     def main() -> None:
-        sys.exit(run_job(job, description, build))
+        sys.exit(run_job(job, description, build, extra))
 
     return main

@@ -43,6 +43,8 @@ def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any
         yield {"kind": "alert", "key": alert.alert_id, "payload": alert.model_dump_json()}
     for closed in result.closed:
         yield {"kind": "session", "key": user_id, "payload": closed.model_dump_json()}
+    if result.opened:
+        yield {"kind": "count", "key": "sessions_opened", "payload": str(result.opened)}
 
 
 def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str | None:
@@ -72,7 +74,28 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
     return state_rows(result, "session_state").unionByName(dead_letters(checked))
 
 
-main = main_for("sessions", DESCRIPTION, build)
+def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Events by type over a sliding event-time window (the seeds' countByValueAndWindow),
+    as (kind, key, payload) rows in update mode: each batch re-emits the windows it changed."""
+    raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
+    counts = (
+        good_rows(validate(raw, UserEvent))
+        .withColumn("event_time", F.timestamp_millis("ts"))
+        .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
+        .groupBy(F.window("event_time", settings.event_count_window, settings.event_count_slide), "type")
+        .count()
+    )
+    start, end = F.unix_millis(F.col("window.start")), F.unix_millis(F.col("window.end"))
+    return counts.select(
+        F.lit("event_count").alias("kind"),
+        F.concat_ws("@", "type", start.cast("string")).alias("key"),
+        F.to_json(F.struct("type", start.alias("window_start"), end.alias("window_end"), "count", end.alias("ts"))).alias("payload"),
+    )
+
+
+EXTRA_QUERIES = {"event-counts": (event_counts, "update")}
+
+main = main_for("sessions", DESCRIPTION, build, EXTRA_QUERIES)
 
 if __name__ == "__main__":
     main()

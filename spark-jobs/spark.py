@@ -7,6 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from streamstate.jobs.cluster import ship_code
 from streamstate.settings import Settings
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -39,8 +40,21 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    for key, value in _executor_conf(settings).items():
+        builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key.replace("__", "."), value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    ship_code(spark, settings)
     return spark
+
+
+def _executor_conf(settings: Settings) -> dict[str, str]:
+    """Executor sizing on a cluster; unset settings leave Spark's (or spark-defaults.conf's) values."""
+    wanted = {
+        "spark.executor.cores": settings.executor_cores,
+        "spark.executor.memory": settings.executor_memory,
+        "spark.cores.max": settings.cores_max,
+    }
+    return {key: str(value) for key, value in wanted.items() if value is not None}

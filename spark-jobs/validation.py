@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from streamstate.contracts import ContractError, Metric, UserEvent, parse_input, printable, spark_schema
+from streamstate.contracts import ContractError, Metric, UserEvent, dead_letter_text, parse_input, spark_schema
 
 SOURCE_COLUMNS = [
     T.StructField("topic", T.StringType()),
@@ -60,8 +60,8 @@ def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType):
                     for name in names:
                         columns[name].append(None)
                     columns["error"].append(exc.reason)
-                    columns["raw_key"].append(printable(key))
-                    columns["raw_value"].append(printable(value))
+                    columns["raw_key"].append(dead_letter_text(key))
+                    columns["raw_value"].append(dead_letter_text(value))
                     continue
                 for name in names:
                     columns[name].append(getattr(record, name))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
-from streamstate.settings import Settings
+from streamstate.settings import REPO_ROOT, Settings
 from streamstate.topics import TopicSpec, create_topics, existing_topics, load_topics, wait_for_broker
 
 EXIT_ERROR = 2
@@ -108,6 +108,29 @@ def topics_list(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if missing else 0
 
 
+def run_up(args: argparse.Namespace, settings: Settings) -> int:
+    """The whole pipeline on the embedded stack until Ctrl-C."""
+    from streamstate.up import up
+
+    return up(settings, producers=not args.no_producers)
+
+
+def show_config(args: argparse.Namespace, settings: Settings) -> int:
+    """Every setting with its environment variable, current value and meaning."""
+    rows = [("Environment variable", "Default", "Meaning")] if args.markdown else []
+    for name, field in Settings.model_fields.items():
+        default = field.default if field.default_factory is None else field.default_factory()
+        value = getattr(settings, name) if not args.markdown else default
+        shown = "" if value is None else str(value).replace(str(REPO_ROOT), "<repo>")
+        rows.append((f"STREAMSTATE_{name.upper()}", shown, field.description or ""))
+    if args.markdown:
+        print("\n".join(["| " + " | ".join(rows[0]) + " |", "|---|---|---|"] + [f"| `{a}` | `{b}` | {c} |" for a, b, c in rows[1:]]))
+    else:
+        for env, value, _ in rows:
+            print(f"{env}={value}")
+    return 0
+
+
 def _add_broker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings).")
     parser.add_argument("--topics-file", help="Topic definition file (default: settings).")
@@ -132,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_broker_options(listing)
     listing.add_argument("--all", action="store_true", help="Also list topics not in the topic file.")
     listing.set_defaults(command=topics_list)
+
+    up = commands.add_parser("up", help="Run the whole pipeline on the embedded stack (no Docker) until Ctrl-C.")
+    up.add_argument("--no-producers", action="store_true", help="Do not start the demo producers.")
+    up.set_defaults(command=run_up)
+
+    config = commands.add_parser("config", help="Print the settings (STREAMSTATE_* variables) in effect.")
+    config.add_argument("--markdown", action="store_true", help="The defaults as the README's Markdown table.")
+    config.set_defaults(command=show_config)
     return parser
 
 

@@ -23,8 +23,8 @@ from streamstate.contracts import (
     MetricSnapshot,
     SessionSnapshot,
     UserEvent,
+    dead_letter_text,
     parse_input,
-    printable,
 )
 from streamstate.jobs.rules import anomalies, sessions
 from streamstate.settings import Settings
@@ -71,8 +71,8 @@ def dead_letter(record: SourceRecord, reason: str, stage: str = "contract") -> D
         source_topic=record.topic,
         source_partition=record.partition,
         source_offset=record.offset,
-        key=printable(record.key),
-        value=printable(record.value),
+        key=dead_letter_text(record.key),
+        value=dead_letter_text(record.value),
         ts=record.timestamp_ms,
     )
 

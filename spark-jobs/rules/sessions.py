@@ -67,6 +67,7 @@ def add_event(state: dict[str, Any], ts: int, event_id: str, event_type: str, am
 class Outputs:
     alerts: list[Alert]
     closed: list[ClosedSession]
+    opened: int = 0
 
 
 def settle(state: dict[str, Any], user_id: str, watermark_ms: int | None, rule: SessionRule) -> Outputs:
@@ -103,6 +104,7 @@ def _fold(state: dict[str, Any], user_id: str, event: PendingEvent, rule: Sessio
         out.closed.append(_close(state, user_id, "timeout"))
         session = None
     if session is None:
+        out.opened += 1
         session = state["open"] = {
             "start": ts,
             "last_activity": ts,

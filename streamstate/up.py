@@ -1,0 +1,107 @@
+"""``streamstate up``: the whole pipeline on the embedded stack (no Docker), until Ctrl-C.
+
+Starts the broker and topics, both jobs, the API, Prometheus when installed, and the demo
+producers; prints where to look, then a status line every few seconds (alerts, sessions and
+series seen by the API) so it is visible that data flows. Ctrl-C or SIGTERM stops every
+process it started.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+import urllib.request
+
+from streamstate.settings import Settings
+from streamstate.stack import EmbeddedStack, free_port
+
+STATUS_EVERY_S = 10.0
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(settings: Settings) -> Settings:
+    """Keep the configured ports where they are free; move the busy ones, and say so."""
+    moved = {}
+    for field in ("api_port", "sessions_metrics_port", "anomalies_metrics_port", "prometheus_port"):
+        port = getattr(settings, field)
+        if port and not _port_free(port):
+            moved[field] = free_port()
+            print(f"[streamstate] port {port} ({field}) is busy; using {moved[field]}", flush=True)
+    return settings.model_copy(update=moved)
+
+
+def _api_json(settings: Settings, path: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://{settings.api_host}:{settings.api_port}{path}", timeout=2) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _status_line(settings: Settings) -> str:
+    metrics = _api_json(settings, "/alerts?limit=3")
+    sessions = _api_json(settings, "/sessions?limit=1&active=true")
+    if metrics is None or sessions is None:
+        return "waiting for the API to catch up..."
+    alerts = metrics.get("alerts") or metrics.get("items") or []
+    latest = "; ".join(f"{a['kind']} {a['entity']}" for a in alerts[:3]) or "none yet"
+    return f"latest alerts: {latest}"
+
+
+def up(settings: Settings, *, producers: bool = True, jobs: bool = True) -> int:
+    settings = _free_ports(settings)
+    stack = EmbeddedStack(settings=settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        stack.start_broker()
+        if jobs:
+            stack.start_job("sessions")
+            stack.start_job("anomalies")
+        stack.start_api()
+        stack.start_prometheus()
+        if producers:
+            stack.start_producers("demo")
+        s = stack.settings
+        print(
+            "\n".join(
+                [
+                    "",
+                    "streamstate is running. Where to look:",
+                    f"  API docs        http://{s.api_host}:{s.api_port}/docs",
+                    f"  recent alerts   http://{s.api_host}:{s.api_port}/alerts",
+                    f"  active sessions http://{s.api_host}:{s.api_port}/sessions?active=true",
+                    f"  job metrics     http://127.0.0.1:{s.sessions_metrics_port}/metrics  http://127.0.0.1:{s.anomalies_metrics_port}/metrics",
+                    f"  logs            {stack.workdir / 'logs'}",
+                    "Jobs take ~20 s to start Spark; alerts follow within a minute. Ctrl-C stops everything.",
+                    "",
+                ]
+            ),
+            flush=True,
+        )
+        next_status = time.monotonic() + STATUS_EVERY_S
+        while not stop.is_set():
+            for proc in stack.processes.values():
+                if not proc.alive():
+                    print(f"[streamstate] {proc.name} exited with code {proc.popen.returncode}; last lines:\n{proc.tail()}", flush=True)
+                    return 1
+            if time.monotonic() >= next_status:
+                print(f"[streamstate] {_status_line(s)}", flush=True)
+                next_status = time.monotonic() + STATUS_EVERY_S
+            stop.wait(0.5)
+        print("[streamstate] stopping...", flush=True)
+        return 0
+    finally:
+        stack.stop()
