@@ -24,6 +24,9 @@ EventType = Literal["login", "page_view", "click", "purchase", "logout"]
 # Event time bounds: negative times and times past year 9999 cannot be real events.
 MAX_TS = 253_402_300_799_999
 EpochMillis = Annotated[StrictInt, Field(ge=0, le=MAX_TS)]
+# Ids become Kafka keys and appear in every output about their entity: an id near Kafka's
+# 1 MB record limit would make those outputs unwritable, so ids are capped well below it.
+ID_MAX_CHARS = 1024
 # JSON numbers: an integer literal is a number too; NaN/Infinity are refused.
 Number = Annotated[Union[StrictInt, StrictFloat], Field(allow_inf_nan=False)]
 
@@ -51,8 +54,8 @@ class _Record(BaseModel):
 class UserEvent(_Input):
     """A user's action; topic ``user-events``, key = ``user_id``."""
 
-    event_id: StrictStr = Field(min_length=1, description="Unique per event; a re-sent event keeps its id.")
-    user_id: StrictStr = Field(min_length=1, description="The user; equals the record key.")
+    event_id: StrictStr = Field(min_length=1, max_length=ID_MAX_CHARS, description="Unique per event; a re-sent event keeps its id.")
+    user_id: StrictStr = Field(min_length=1, max_length=ID_MAX_CHARS, description="The user; equals the record key.")
     type: EventType = Field(description="What the user did.")
     ts: EpochMillis = Field(description="Event time, epoch milliseconds UTC.")
     page: StrictStr | None = Field(None, description="Page or screen.")
@@ -62,7 +65,7 @@ class UserEvent(_Input):
 class Metric(_Input):
     """One point of a metric series; topic ``metrics``, key = ``series_id``."""
 
-    series_id: StrictStr = Field(min_length=1)
+    series_id: StrictStr = Field(min_length=1, max_length=ID_MAX_CHARS)
     ts: EpochMillis
     value: Number
 
@@ -247,6 +250,23 @@ def printable(data: bytes | None) -> str | None:
         return bytes(data).decode("utf-8")
     except UnicodeDecodeError:
         return "base64:" + base64.b64encode(bytes(data)).decode()
+
+
+# A dead letter wraps the raw record (base64 grows it by a third), and Kafka's default record
+# limit is 1 MB: a near-1 MB bad record would make its dead letter unwritable and fail the
+# batch forever. Key and value are cut to this many characters, with a note saying so.
+DEAD_LETTER_TEXT_LIMIT = 64 * 1024
+
+
+def dead_letter_text(data: bytes | None) -> str | None:
+    """:func:`printable` bytes for a dead letter, cut to :data:`DEAD_LETTER_TEXT_LIMIT` characters."""
+    text = printable(data)
+    if text is None or len(text) <= DEAD_LETTER_TEXT_LIMIT:
+        return text
+    return (
+        text[:DEAD_LETTER_TEXT_LIMIT]
+        + f" ...[truncated: the record had {len(data)} bytes; the first {DEAD_LETTER_TEXT_LIMIT} characters are kept]"
+    )
 
 
 def is_finite_number(value: Any) -> bool:
