@@ -85,6 +85,28 @@ def start_query(
     return writer.start()
 
 
+def _run_queries(spark, settings, job, build, extra, checkpoint, available_now, metrics, stop_requested):
+    """Run the job's queries until stopped, drained (availableNow) or failed; returns the failures."""
+    query = start_query(spark, settings, job, build, checkpoint, available_now=available_now, metrics=metrics)
+    secondary = [
+        start_query(spark, settings, name, builder, f"{checkpoint}-{name}", available_now, metrics, mode)
+        for name, (builder, mode) in (extra or {}).items()
+    ]
+    log.info("query %s started: checkpoint %s, broker %s", job, checkpoint, settings.bootstrap_servers)
+    queries = [query, *secondary]
+    try:
+        # availableNow: wait for every query to drain; otherwise any query ending ends the run.
+        while not stop_requested.is_set() and (
+            any(q.isActive for q in queries) if available_now else all(q.isActive for q in queries)
+        ):
+            stop_requested.wait(1)
+    finally:
+        for running in queries:
+            if running.isActive:
+                running.stop()
+    return [(q.name, q.exception()) for q in queries if q.exception() is not None]
+
+
 def run_job(
     job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None, argv: list[str] | None = None
 ) -> int:
@@ -97,13 +119,6 @@ def run_job(
     spark = build_spark(settings, app_name=f"streamstate-{job}")
     metrics = JobMetrics(job=job, port=getattr(settings, f"{job}_metrics_port"))
     metrics.attach(spark)
-    query = start_query(spark, settings, job, build, checkpoint, available_now=args.available_now, metrics=metrics)
-    secondary = [
-        start_query(spark, settings, name, builder, f"{checkpoint}-{name}", args.available_now, metrics, mode)
-        for name, (builder, mode) in (extra or {}).items()
-    ]
-    log.info("query %s started: checkpoint %s, broker %s", job, checkpoint, settings.bootstrap_servers)
-
     stop_requested = threading.Event()
 
     def _stop(signum, frame):  # noqa: ARG001
@@ -112,24 +127,27 @@ def run_job(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    queries = [query, *secondary]
     try:
-        # availableNow: wait for every query to drain; otherwise any query ending ends the job.
-        while not stop_requested.is_set() and (
-            any(q.isActive for q in queries) if args.available_now else all(q.isActive for q in queries)
-        ):
-            stop_requested.wait(1)
+        for attempt in range(settings.job_max_restarts + 1):
+            failures = _run_queries(spark, settings, job, build, extra, checkpoint, args.available_now, metrics, stop_requested)
+            if not failures or stop_requested.is_set():
+                break
+            for name, error in failures:
+                log.error("query %s failed: %s", name, " ".join(str(error).split())[:2000])
+            if attempt == settings.job_max_restarts:
+                log.error(
+                    "giving up after %d restarts. Check that the Kafka broker at %s is reachable and the log above; "
+                    "restarting the job resumes from its checkpoint %s, losing nothing",
+                    attempt, settings.bootstrap_servers, checkpoint,
+                )
+                return 1
+            delay = min(60.0, 5.0 * 2**attempt)
+            log.warning("restarting from the checkpoint in %.0fs (restart %d of %d)", delay, attempt + 1, settings.job_max_restarts)
+            if stop_requested.wait(delay):
+                break
     finally:
-        for running in queries:
-            if running.isActive:
-                running.stop()
         metrics.close()
-    failures = [(q.name, q.exception()) for q in queries if q.exception() is not None]
-    spark.stop()
-    for name, error in failures:
-        log.error("query %s failed: %s", name, " ".join(str(error).split())[:2000])
-    if failures:
-        return 1
+        spark.stop()
     log.info("query %s stopped", job)
     return 0
 
