@@ -58,6 +58,20 @@ class Settings(BaseSettings):
         description="Checkpoint root; a local path or s3a://bucket/prefix.",
     )
     state_store: Literal["rocksdb", "hdfs"] = Field("rocksdb", description="State store provider.")
+    job_max_restarts: int = Field(
+        5, ge=0, description="Times a failed job query is restarted from its checkpoint (with backoff) before the job exits."
+    )
+    ship_code: Literal["auto", "wheel", "none"] = Field(
+        "auto",
+        description="Ship the project's code to executors: 'wheel' builds the project's wheel and adds it with "
+        "SparkContext.addPyFile; 'none' relies on the same installation on every node (one image); 'auto' ships "
+        "on a non-local master when running from a source checkout.",
+    )
+    executor_cores: int | None = Field(None, ge=1, description="spark.executor.cores: task slots per executor.")
+    executor_memory: str | None = Field(None, description="spark.executor.memory, e.g. '2g'.")
+    cores_max: int | None = Field(
+        None, ge=1, description="spark.cores.max: total cores a job takes from a standalone cluster (all: unset)."
+    )
 
     # --- Sessions job ----------------------------------------------------------
     session_gap_ms: int = Field(30 * 60 * 1000, ge=1, description="Inactivity gap closing a session.")
