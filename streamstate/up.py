@@ -50,13 +50,13 @@ def _api_json(settings: Settings, path: str) -> dict | None:
 
 
 def _status_line(settings: Settings) -> str:
-    metrics = _api_json(settings, "/alerts?limit=3")
-    sessions = _api_json(settings, "/sessions?limit=1&active=true")
-    if metrics is None or sessions is None:
-        return "waiting for the API to catch up..."
-    alerts = metrics.get("alerts") or metrics.get("items") or []
-    latest = "; ".join(f"{a['kind']} {a['entity']}" for a in alerts[:3]) or "none yet"
-    return f"latest alerts: {latest}"
+    alerts = _api_json(settings, "/alerts?limit=3")
+    active = _api_json(settings, "/sessions?limit=1000&active=true")
+    if alerts is None or active is None:
+        return "waiting for the API..."
+    latest = "; ".join(f"{a['kind']} on {a['entity']}" for a in alerts["items"]) or "none yet"
+    more = "+" if active["next_cursor"] else ""
+    return f"active sessions: {len(active['items'])}{more}; latest alerts: {latest}"
 
 
 def up(settings: Settings, *, producers: bool = True, jobs: bool = True) -> int:
