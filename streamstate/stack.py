@@ -215,25 +215,3 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
-
-
-def run_forever(stack: EmbeddedStack) -> int:
-    """Block until Ctrl-C/SIGTERM or until a component dies; report which."""
-    stopping = False
-
-    def _stop(signum, frame):  # noqa: ARG001
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    while not stopping:
-        for proc in stack.processes.values():
-            if not proc.alive() and proc.name != "producers":
-                stack.say(f"{proc.name} exited with code {proc.popen.returncode}; last lines:\n{proc.tail()}")
-                stack.stop()
-                return 1
-        time.sleep(0.5)
-    stack.say("stopping...")
-    stack.stop()
-    return 0
