@@ -110,6 +110,7 @@ class StandaloneCluster:
                 start_new_session=True,
             )
         process = ManagedProcess(name, popen, log_path)
+        self._seen[popen.pid] = _start_time(popen.pid)
         self.processes[name] = process
         return process
 
@@ -181,7 +182,6 @@ class StandaloneCluster:
 
     def leftovers(self) -> list[int]:
         """Processes this cluster started (directly or below) that are still running."""
-        self._seen.update({p.pid: self._seen.get(p.pid) or _start_time(p.pid) for p in self.processes.values()})
         return sorted(pid for pid, started in self._seen.items() if pid_alive(pid) and _start_time(pid) == started)
 
     def __enter__(self) -> "StandaloneCluster":
