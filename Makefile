@@ -14,6 +14,7 @@ test: setup test-deps           ## the whole test suite (CI runs this)
 	$(BIN)/pytest
 
 bench: setup                    ## benchmarks: prints a table, writes bench/results.json
+	$(BIN)/pip install -q -e ".[test,bench]"
 	$(BIN)/python -m bench
 
 setup: java $(STAMP)

@@ -1,0 +1,38 @@
+"""Anomalies throughput: the anomalies job vs Quix Streams on the same metrics topic.
+
+Same protocol as :mod:`bench.sessions_throughput`: one fresh ``availableNow`` batch per Spark
+run in the shared SparkSession, a fresh consumer group and state per Quix run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.dataset import Dataset
+from bench.measure import fresh_outputs, query_figures, repeat, run_quix
+from streamstate.jobs import anomalies_job
+from streamstate.jobs.runner import start_query
+from streamstate.settings import Settings
+
+
+def anomalies_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
+    run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": dataset.topic}), "anomalies")
+    return query_figures(start_query(spark, run_settings, "anomalies", anomalies_job.build, str(checkpoint), available_now=True), dataset.records)
+
+
+def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:
+    output = fresh_outputs(settings, "quix-anomalies").topic_alerts
+    return run_quix("quix_anomalies", settings, dataset.topic, output, dataset.records)
+
+
+def measure(spark, settings: Settings, dataset: Dataset, workdir: Path, runs: int) -> dict[str, Any]:
+    """Median points/s of the job and of Quix over ``runs`` runs each, and the ratio."""
+    job = repeat(runs, "anomalies job", lambda i: anomalies_job_once(spark, settings, dataset, workdir / f"anomalies-{i}"))
+    quix = repeat(runs, "Quix Streams anomalies", lambda _i: quix_once(settings, dataset))
+    return {
+        "dataset": vars(dataset),
+        "anomalies_job": job,
+        "quixstreams": quix,
+        "ratio_job_vs_quix": round(job["median_rows_per_s"] / quix["median_rows_per_s"], 2),
+    }

@@ -1,0 +1,97 @@
+"""What every throughput figure shares: fresh output topics per run, timing a Spark query
+from its progress, running a Quix peer in its own venv, medians over runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from streamstate.settings import REPO_ROOT, Settings
+from streamstate.topics import TopicSpec, create_topics
+
+# Inside the project venv directory: ignored by git, kept by `make clean`, gone with the venv.
+QUIX_VENV = REPO_ROOT / ".venv" / "peers" / "quix"
+QUIX_REQUIREMENTS = Path(__file__).resolve().parent / "peers" / "quix-requirements.txt"
+OUTPUT_TOPICS = ("topic_alerts", "topic_sessions", "topic_session_state", "topic_metric_state", "topic_dead_letters", "topic_event_counts")
+
+
+def fresh_outputs(settings: Settings, label: str) -> Settings:
+    """A copy of ``settings`` whose output topics are new (2 partitions each), so runs never share outputs."""
+    run_id = uuid.uuid4().hex[:6]
+    names = {field: f"bench-{label}-{run_id}-{field.removeprefix('topic_')}" for field in OUTPUT_TOPICS}
+    create_topics(settings.bootstrap_servers, [TopicSpec(name, 2) for name in names.values()])
+    return settings.model_copy(update=names)
+
+
+def query_figures(query, records: int) -> dict[str, Any]:
+    """Wait for an ``availableNow`` query over ``records`` input records and sum its batches:
+    rows, batch ms, where the ms went.
+
+    ``triggerExecution`` runs from planning the batch (the source's first read follows) to the
+    ``foreachBatch`` writer's delivery-checked flush, so rows / triggerExecution is the rate
+    from the first record read to the last output written.
+    """
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    if not batches:
+        raise RuntimeError(f"query {query.name} read nothing")
+    # numInputRows counts every scan of the source: a plan reading the topic twice shows 2x records.
+    source_rows = sum(p["numInputRows"] for p in batches)
+    durations: dict[str, int] = {}
+    for progress in batches:
+        for phase, ms in progress["durationMs"].items():
+            durations[phase] = durations.get(phase, 0) + ms
+    seconds = durations["triggerExecution"] / 1000
+    operators = [
+        {name: op[name] for name in ("operatorName", "numRowsTotal", "numRowsUpdated", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "memoryUsedBytes", "customMetrics") if name in op}
+        for op in batches[-1]["stateOperators"]
+    ]
+    return {
+        "rows": records, "seconds": round(seconds, 2), "rows_per_s": round(records / seconds), "source_rows_read": source_rows,
+        "batches": len(batches), "duration_ms": durations, "state_operators": operators,
+    }
+
+
+def quix_python() -> Path:
+    """The Quix venv's interpreter, creating the venv from the pinned requirements on first use."""
+    python = QUIX_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating the Quix Streams venv {QUIX_VENV} ...", flush=True)
+        subprocess.run(["python3.11", "-m", "venv", str(QUIX_VENV)], check=True)
+        subprocess.run([str(QUIX_VENV / "bin" / "pip"), "install", "-q", "-r", str(QUIX_REQUIREMENTS)], check=True)
+    return python
+
+
+def run_quix(peer: str, settings: Settings, input_topic: str, output_topic: str, records: int, timeout_s: float = 900) -> dict[str, Any]:
+    """Run ``bench.peers.<peer>`` in the Quix venv over a whole input topic; its JSON figures."""
+    done = subprocess.run(
+        [str(quix_python()), "-m", f"bench.peers.{peer}", "--bootstrap", settings.bootstrap_servers,
+         "--input", input_topic, "--output", output_topic, "--records", str(records)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONPATH": ""},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"Quix peer {peer} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def median_runs(runs: list[dict[str, Any]], key: str = "rows_per_s") -> dict[str, Any]:
+    """The runs and the median of ``key`` over them."""
+    return {"median_" + key: round(statistics.median(r[key] for r in runs), 1), "runs": runs}
+
+
+def repeat(times: int, label: str, once: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``once(run_index)`` ``times`` times, printing each rate; the median rows/s and the runs."""
+    runs = []
+    for index in range(times):
+        result = once(index)
+        runs.append(result)
+        print(f"  {label} run {index + 1}/{times}: {result['rows']:,} rows in {result['seconds']}s = {result['rows_per_s']:,} rows/s", flush=True)
+    return median_runs(runs)

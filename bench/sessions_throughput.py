@@ -1,0 +1,53 @@
+"""Sessions throughput: the sessions job vs Spark's native ``session_window`` vs Quix Streams.
+
+All three read the same produced user-events topic on the same broker, from the first
+offset, with fresh state each run (new checkpoint / consumer group, new output topics).
+The Spark runs share the one SparkSession of the benchmark and run one ``availableNow`` batch
+(rate = rows / the batch's ``triggerExecution``); the Quix run is timed from its first record
+to the flush after its last (see :mod:`bench.peers.quix_app`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.dataset import Dataset
+from bench.measure import fresh_outputs, query_figures, repeat, run_quix
+from bench.peers import native_sessions
+from streamstate.jobs import sessions_job
+from streamstate.jobs.runner import start_query
+from streamstate.settings import Settings
+
+
+def sessions_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
+    """One fresh ``availableNow`` run of the sessions job over the whole topic."""
+    run_settings = fresh_outputs(settings.model_copy(update={"topic_user_events": dataset.topic}), "sessions")
+    return query_figures(start_query(spark, run_settings, "sessions", sessions_job.build, str(checkpoint), available_now=True), dataset.records)
+
+
+def native_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
+    """One fresh ``availableNow`` run of the native ``session_window`` aggregation."""
+    run_settings = fresh_outputs(settings.model_copy(update={"topic_user_events": dataset.topic}), "native")
+    return query_figures(native_sessions.start(spark, run_settings, str(checkpoint)), dataset.records)
+
+
+def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:
+    output = fresh_outputs(settings, "quix-sessions").topic_sessions
+    return run_quix("quix_sessions", settings, dataset.topic, output, dataset.records)
+
+
+def measure(spark, settings: Settings, dataset: Dataset, workdir: Path, runs: int) -> dict[str, Any]:
+    """Median events/s of the three engines over ``runs`` runs each, and the ratios."""
+    job = repeat(runs, "sessions job", lambda i: sessions_job_once(spark, settings, dataset, workdir / f"sessions-{i}"))
+    native = repeat(runs, "native session_window", lambda i: native_once(spark, settings, dataset, workdir / f"native-{i}"))
+    quix = repeat(runs, "Quix Streams sessions", lambda _i: quix_once(settings, dataset))
+    rate = job["median_rows_per_s"]
+    return {
+        "dataset": vars(dataset),
+        "sessions_job": job,
+        "native_session_window": native,
+        "quixstreams": quix,
+        "ratio_job_vs_native": round(rate / native["median_rows_per_s"], 2),
+        "ratio_job_vs_quix": round(rate / quix["median_rows_per_s"], 2),
+    }
