@@ -56,11 +56,20 @@ def _package_dirs(source: Path) -> list[Path]:
     return sorted({source / folder for folder in config["tool"]["setuptools"]["package-dir"].values()})
 
 
-def _source_files(source: Path) -> list[Path]:
+def source_files(source: Path) -> list[Path]:
+    """Every file the wheel is built from: the build files and the mapped packages' Python sources."""
     files = [source / name for name in BUILD_FILES]
     for folder in _package_dirs(source):
         files += sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
     return files
+
+
+def copy_tree(source: Path, files: list[Path], target: Path) -> None:
+    """Copy ``files`` (below ``source``) to the same relative places below ``target``."""
+    for path in files:
+        copy = target / path.relative_to(source)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
 
 
 def _digest(source: Path, files: list[Path]) -> str:
@@ -80,17 +89,14 @@ def build_code_zip(source: Path | None = None, cache_dir: Path = CODE_CACHE) -> 
     source = source or source_checkout()
     if source is None:
         raise CodeShippingError("no source checkout (pyproject.toml) to build the project's wheel from")
-    files = _source_files(source)
+    files = source_files(source)
     target = cache_dir / f"streamstate-{_digest(source, files)}.zip"
     if target.is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="streamstate-wheel-") as scratch:
         tree = Path(scratch) / "src"
-        for path in files:
-            copy = tree / path.relative_to(source)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, copy)
+        copy_tree(source, files, tree)
         out = Path(scratch) / "out"
         build = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(tree)],

@@ -1,0 +1,52 @@
+"""The project's code as executors get it: the built wheel, as a zip on ``sys.path``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+from streamstate.jobs.cluster import build_code_zip, code_to_ship, copy_tree, source_files
+from streamstate.settings import REPO_ROOT, Settings
+
+# What a Python worker does with a shipped file: put it on sys.path ahead of site-packages.
+IMPORT_PROBE = (
+    "import sys; sys.path.insert(1, sys.argv[1]); "
+    "import streamstate.jobs.sessions_job, streamstate.jobs.kafka.source, streamstate.api, streamstate.contracts; "
+    "print('\\n'.join(m.__file__ for m in (streamstate.jobs.sessions_job, streamstate.jobs.kafka.source, "
+    "streamstate.api, streamstate.contracts)))"
+)
+
+
+def test_the_zip_carries_the_import_layout_and_wins_over_the_installed_project(tmp_path):
+    code = build_code_zip(cache_dir=tmp_path)
+    names = zipfile.ZipFile(code).namelist()
+    assert "streamstate/jobs/sessions_job.py" in names and "streamstate/jobs/kafka/source.py" in names
+    assert "streamstate/api/__init__.py" in names
+    assert not any(name.startswith("spark-jobs/") for name in names), "package-dir mapping not applied"
+    probe = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE, str(code)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert probe.returncode == 0, probe.stderr
+    files = probe.stdout.split()
+    assert len(files) == 4 and all(f.startswith(f"{code}/") for f in files), files
+
+
+def test_the_zip_is_rebuilt_only_when_the_sources_change(tmp_path):
+    source = tmp_path / "src"
+    copy_tree(REPO_ROOT, source_files(REPO_ROOT), source)
+    cache = tmp_path / "cache"
+    first = build_code_zip(source, cache)
+    built_at = first.stat().st_mtime_ns
+    assert build_code_zip(source, cache) == first and first.stat().st_mtime_ns == built_at
+    (source / "streamstate" / "contracts.py").write_text((source / "streamstate" / "contracts.py").read_text() + "\n# changed\n")
+    second = build_code_zip(source, cache)
+    assert second != first and second.is_file()
+
+
+def test_what_is_shipped_depends_on_the_master_and_the_setting():
+    assert code_to_ship(Settings(spark_master="local[2]")) is None
+    assert code_to_ship(Settings(spark_master="spark://10.0.0.1:7077", ship_code="none")) is None
+    shipped = code_to_ship(Settings(spark_master="spark://10.0.0.1:7077"))
+    assert shipped is not None and shipped.suffix == ".zip"
+    assert code_to_ship(Settings(spark_master="local[2]", ship_code="wheel")) == shipped
