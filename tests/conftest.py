@@ -21,7 +21,8 @@ _started_pids: list[int] = []
 def stack(tmp_path_factory) -> EmbeddedStack:
     """The embedded stack with its broker running and the pipeline topics created."""
     workdir = tmp_path_factory.mktemp("stack")
-    settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
+    # Two state partitions: one task per core here; more only adds per-task overhead to every batch.
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), shuffle_partitions=2)
     embedded = EmbeddedStack(settings=settings, workdir=workdir, quiet=True)
     embedded.start_broker()
     yield embedded
