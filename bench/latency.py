@@ -1,0 +1,128 @@
+"""Event-to-alert latency of the anomalies job at a steady input rate.
+
+The anomalies job runs in the benchmark's SparkSession with a short processing-time trigger
+on fresh topics. A second process (the project's producer CLI, ``--clock wall``) sends metric
+points with injected anomalies at a fixed rate, each stamped with the wall clock when it is
+generated, which is when it is produced. A consumer on the alerts topic takes each anomaly
+alert's arrival time; latency = arrival - the alert's ``ts`` (its point's produce time).
+One warm-up period (query planning, first batches) is discarded, then ``runs`` periods
+are measured separately; p50/p99 are per period, and their medians are the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from bench.api_latency import percentiles
+from bench.measure import fresh_outputs
+from streamstate.jobs import anomalies_job
+from streamstate.jobs.runner import start_query
+from streamstate.settings import Settings
+from streamstate.topics import TopicSpec, create_topics
+
+SERIES = 500  # 10 points/s per series at 5,000/s: a series is past its learning period within seconds
+ANOMALY_RATE = 0.002
+
+
+class AlertClock(threading.Thread):
+    """Consumes the alerts topic from the start, keeping (alert ts, arrival ms) per anomaly alert."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency", "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.arrivals: list[tuple[int, int]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for message in self.consumer.consume(500, timeout=0.1):
+                arrived = time.time_ns() // 1_000_000
+                if message.error() is not None:
+                    if message.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"reading alerts: {message.error()}")
+                    continue
+                alert = json.loads(message.value())
+                if alert["kind"] == "anomaly":
+                    self.arrivals.append((alert["ts"], arrived))
+        self.consumer.close()
+
+    def between(self, start_ms: int, end_ms: int) -> list[float]:
+        return [float(arrived - ts) for ts, arrived in list(self.arrivals) if start_ms <= ts < end_ms]
+
+
+def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, seed: int) -> int:
+    """Run the producer CLI for ``seconds`` at ``rate`` records/s of wall-clock metric points."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streamstate.producers", "metrics", "--bootstrap", settings.bootstrap_servers,
+         "--rate", str(rate), "--duration", str(seconds), "--clock", "wall", "--series", str(SERIES),
+         "--anomaly-rate", str(ANOMALY_RATE), "--topic", topic, "--seed", str(seed), "--no-progress"],
+        capture_output=True, text=True, timeout=seconds * 4 + 60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"producer failed ({done.returncode}): {done.stderr[-1000:]}")
+    return done.returncode
+
+
+def wait_quiet(clock: AlertClock, idle_s: float, limit_s: float) -> None:
+    """Until no alert arrived for ``idle_s`` (the job has caught up), at most ``limit_s``."""
+    deadline, seen, last_change = time.monotonic() + limit_s, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        if len(clock.arrivals) != seen:
+            seen, last_change = len(clock.arrivals), time.monotonic()
+        elif time.monotonic() - last_change > idle_s:
+            return
+        time.sleep(0.2)
+
+
+def measure(spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_000, seconds: float = 15.0, trigger: str = "250 milliseconds") -> dict[str, Any]:
+    """p50/p99 produce-to-alert latency at ``rate`` points/s, per period and their medians."""
+    input_topic = f"bench-latency-metrics-{int(time.time())}"
+    create_topics(settings.bootstrap_servers, [TopicSpec(input_topic, 4)])
+    run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
+    clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
+    clock.start()
+    query = start_query(spark, run_settings, "anomalies", anomalies_job.build, str(workdir / "latency"))
+    periods = []
+    try:
+        print(f"  latency warm-up: {seconds:.0f}s at {rate:,}/s (discarded)", flush=True)
+        produce_at_rate(run_settings, input_topic, rate, seconds, seed=100)
+        wait_quiet(clock, idle_s=3, limit_s=60)
+        for index in range(runs):
+            start_ms = time.time_ns() // 1_000_000
+            produce_at_rate(run_settings, input_topic, rate, seconds, seed=101 + index)
+            end_ms = time.time_ns() // 1_000_000
+            wait_quiet(clock, idle_s=3, limit_s=60)
+            if query.exception() is not None:
+                raise RuntimeError(f"anomalies job failed: {query.exception()}")
+            period = percentiles(clock.between(start_ms, end_ms))
+            periods.append(period)
+            print(f"  latency run {index + 1}/{runs}: {period.get('count', 0)} alerts, p50 {period.get('p50_ms')} ms, p99 {period.get('p99_ms')} ms", flush=True)
+        batch_ms = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
+    finally:
+        query.stop()
+        clock.stopping.set()
+        clock.join(10)
+    measured = [p for p in periods if p]
+    if not measured:
+        raise RuntimeError("no anomaly alerts arrived in any measured period")
+    return {
+        "rate_per_s": rate,
+        "seconds_per_run": seconds,
+        "trigger": trigger,
+        "series": SERIES,
+        "anomaly_rate": ANOMALY_RATE,
+        "median_p50_ms": statistics.median(p["p50_ms"] for p in measured),
+        "median_p99_ms": statistics.median(p["p99_ms"] for p in measured),
+        "runs": periods,
+        "recent_batch_ms": batch_ms[-20:],
+    }

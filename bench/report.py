@@ -1,0 +1,93 @@
+"""The benchmark's results as JSON and as the Markdown table the README shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_results(doc: dict[str, Any], json_path: Path) -> None:
+    """Write ``doc`` to ``json_path`` and its table to the same name with ``.md``."""
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    json_path.with_suffix(".md").write_text(markdown(doc) + "\n")
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}/s"
+
+
+def _goal(met: bool | None, text: str) -> str:
+    if met is None:
+        return text
+    return f"{text}: {'met' if met else 'missed'}"
+
+
+def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+    if "ceiling" in figures and "error" not in figures["ceiling"]:
+        f = figures["ceiling"]
+        rows.append(("Ceiling: confluent-kafka `assign()` consume", _rate(f["confluent_kafka_assign"]["median_rows_per_s"]), "what no pipeline beats here", f"{f['records']:,} user events, 4 partitions"))
+        rows.append(("Project Kafka reader (the Spark source's reader, one process)", _rate(f["project_reader"]["median_rows_per_s"]), "", "same topic"))
+    if "sessions" in figures and "error" not in figures["sessions"]:
+        f = figures["sessions"]
+        d = f["dataset"]
+        setup = f"{d['records']:,} events, {d['keys']:,} users"
+        rows.append(("Sessions job (events/s, first read to last output)", _rate(f["sessions_job"]["median_rows_per_s"]), "", setup + ", availableNow, RocksDB"))
+        rows.append(("Spark native `session_window` (same source)", _rate(f["native_session_window"]["median_rows_per_s"]), "", setup + ", complete mode, RocksDB"))
+        rows.append(("Quix Streams 3.28 stateful apply (same rule)", _rate(f["quixstreams"]["median_rows_per_s"]), "", setup + ", 1 process, RocksDB + changelog"))
+        rows.append(("Sessions job / native", f"{f['ratio_job_vs_native']:.2f}x", _goal(f["ratio_job_vs_native"] >= 1.0, ">= 1x"), ""))
+        rows.append(("Sessions job / Quix Streams", f"{f['ratio_job_vs_quix']:.2f}x", _goal(f["ratio_job_vs_quix"] >= 2.0, ">= 2x"), ""))
+    if "anomalies" in figures and "error" not in figures["anomalies"]:
+        f = figures["anomalies"]
+        d = f["dataset"]
+        setup = f"{d['records']:,} points, {d['keys']:,} series"
+        rows.append(("Anomalies job (points/s)", _rate(f["anomalies_job"]["median_rows_per_s"]), "", setup + ", availableNow, RocksDB"))
+        rows.append(("Quix Streams 3.28 stateful apply (same rule)", _rate(f["quixstreams"]["median_rows_per_s"]), "", setup + ", 1 process"))
+        rows.append(("Anomalies job / Quix Streams", f"{f['ratio_job_vs_quix']:.2f}x", "", ""))
+    if "latency" in figures and "error" not in figures["latency"]:
+        f = figures["latency"]
+        setup = f"{f['rate_per_s']:,} points/s for {f['seconds_per_run']:.0f}s per run, trigger {f['trigger']}"
+        rows.append(("Event-to-alert latency p50", f"{f['median_p50_ms']:,.0f} ms", "", setup))
+        rows.append(("Event-to-alert latency p99", f"{f['median_p99_ms']:,.0f} ms", _goal(f["median_p99_ms"] < 2000, "< 2 s"), ""))
+    if "state" in figures and "error" not in figures["state"]:
+        f = figures["state"]
+        rows.append((
+            f"State scale: batch ms with {f['large']['keys_in_state']:,} vs {f['small']['keys_in_state']:,} keys",
+            f"{f['large']['median_ms']:,.0f} vs {f['small']['median_ms']:,.0f} ms = {f['ratio']:.2f}x",
+            _goal(f["ratio"] < 1.5, "< 1.5x"),
+            f"same {f['touched']:,}-record batch, processingTime trigger",
+        ))
+    if "api" in figures and "error" not in figures["api"]:
+        f = figures["api"]
+        setup = f"{f['sessions']:,} sessions, {f['rate_per_s']:,.0f} req/s open loop for {f['seconds_per_run']:.0f}s per run"
+        rows.append(("API latency p50", f"{f['median_p50_ms']:,.1f} ms", "", setup))
+        rows.append(("API latency p99", f"{f['median_p99_ms']:,.1f} ms", _goal(f["median_p99_ms"] < 10, "< 10 ms"), f"API CPU {f['median_api_cpu_ms_per_request']} ms/request"))
+    if "cluster" in figures and "error" not in figures["cluster"] and "skipped" not in figures["cluster"]:
+        f = figures["cluster"]
+        rows.append(("Cluster throughput (bench/cluster_throughput.py)", json.dumps({k: v for k, v in f.items() if not isinstance(v, (dict, list))})[:200], "", ""))
+    for name, f in figures.items():
+        if "error" in f:
+            rows.append((f"{name}: FAILED", f["error"][:200], "", ""))
+        elif "skipped" in f:
+            rows.append((f"{name}: skipped", f["skipped"], "", ""))
+    return rows
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The results table with the machine and setup it was measured on."""
+    m, s = doc["machine"], doc["setup"]
+    lines = [
+        f"Measured {doc['date']} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {m['java']}.",
+        f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}: "
+        "other engineers' Spark runs share the machine, so every figure is noisy.",
+        f"Broker: {s['broker']}. Spark: {s['spark_master']}, {s['shuffle_partitions']} shuffle partitions, "
+        f"{s['state_store']} state store, {s['kafka_source']}; throughput runs: {s['throughput_trigger']}. "
+        f"Input topics: {s['input_partitions']} partitions. Median of {s['runs_per_figure']} runs per figure; seed {s['seed']}.",
+        "",
+        "| figure | result | goal | setup |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _rows(doc["figures"])]
+    return "\n".join(lines)
