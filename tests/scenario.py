@@ -46,6 +46,20 @@ def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS) 
     return Scenario(seed=seed, records=records)
 
 
+def pipeline_topics(new_topic) -> dict[str, str]:
+    """Fresh input and output topics for one pipeline run, as Settings fields (``new_topic``: the fixture)."""
+    return {
+        "topic_user_events": new_topic(4, "events"),
+        "topic_metrics": new_topic(4, "metrics"),
+        "topic_alerts": new_topic(2, "alerts"),
+        "topic_sessions": new_topic(2, "sessions"),
+        "topic_session_state": new_topic(2, "session-state"),
+        "topic_metric_state": new_topic(2, "metric-state"),
+        "topic_dead_letters": new_topic(1, "dead"),
+        "topic_event_counts": new_topic(1, "counts"),
+    }
+
+
 def produce_scenario(bootstrap: str, scenario: Scenario, settings: Settings) -> list[SourceRecord]:
     """Produce every record (in order, per-key order kept) and remember where each landed."""
     topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
@@ -131,7 +145,7 @@ def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None)
     if api_url is not None:
         with urllib.request.urlopen(f"{api_url}/alerts?limit=1000", timeout=10) as response:
             body = json.loads(response.read())
-        outputs.api_alert_ids = [a["alert_id"] for a in body["alerts"]]
+        outputs.api_alert_ids = [a["alert_id"] for a in body["items"]]
     return outputs
 
 
