@@ -228,10 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     # These two start their own processes (API + load generator, a Spark cluster).
     run.figure("api", lambda: api(args))
     run.figure("cluster", lambda: cluster(args.events))
-    from bench.report import markdown
+    from bench.report import markdown, update_readme
 
-    print("\n" + markdown(run.doc), flush=True)
+    table = markdown(run.doc)
+    print("\n" + table, flush=True)
     print(f"written: {args.out} and {args.out.with_suffix('.md')}", flush=True)
+    if args.out == HERE / "results.json" and not run.failed and update_readme(table):
+        print("README.md: Benchmarks table updated", flush=True)
     if run.failed:
         print(f"failed figures: {', '.join(run.failed)}", file=sys.stderr)
         return 1

@@ -7,11 +7,25 @@ from pathlib import Path
 from typing import Any
 
 
+README = Path(__file__).resolve().parent.parent / "README.md"
+README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
+
+
 def write_results(doc: dict[str, Any], json_path: Path) -> None:
     """Write ``doc`` to ``json_path`` and its table to the same name with ``.md``."""
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     json_path.with_suffix(".md").write_text(markdown(doc) + "\n")
+
+
+def update_readme(table: str, readme: Path = README) -> bool:
+    """Put ``table`` between the README's bench-results markers; False when the markers are missing."""
+    text = readme.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return False
+    readme.write_text(text[: start + len(README_START)] + "\n" + table + "\n" + text[end:])
+    return True
 
 
 def _rate(value: float | None) -> str:
