@@ -1,0 +1,46 @@
+"""A real Spark standalone cluster (a master and two 1-core workers, all on 127.0.0.1)
+started from the PySpark installation, for the tests in this folder only."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamstate.jobs.standalone import StandaloneCluster
+from streamstate.settings import Settings
+from streamstate.stack import free_port
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The running cluster; afterwards every process it started (executors and Python workers too) is gone, checked by PID."""
+    standalone = StandaloneCluster(workdir=tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="2g")
+    standalone.start()
+    yield standalone
+    standalone.stop()
+    assert standalone.leftovers() == [], f"cluster processes still running: {standalone.leftovers()}"
+
+
+@pytest.fixture
+def cluster_settings(settings: Settings, new_topic, tmp_path, cluster) -> Settings:
+    """Fresh topics and checkpoints; jobs on the cluster with the project's wheel shipped to the executors."""
+    names = {
+        "topic_user_events": new_topic(4, "events"),
+        "topic_metrics": new_topic(1, "metrics"),
+        "topic_alerts": new_topic(2, "alerts"),
+        "topic_sessions": new_topic(2, "sessions"),
+        "topic_session_state": new_topic(2, "session-state"),
+        "topic_metric_state": new_topic(1, "metric-state"),
+        "topic_dead_letters": new_topic(1, "dead"),
+        "topic_event_counts": new_topic(1, "counts"),
+    }
+    return settings.model_copy(
+        update={
+            **names,
+            "spark_master": cluster.master_url,
+            "ship_code": "wheel",
+            "checkpoint_root": str(tmp_path / "checkpoints"),
+            "trigger_interval": "1 second",
+            "sessions_metrics_port": 0,
+            "api_port": free_port(),
+        }
+    )

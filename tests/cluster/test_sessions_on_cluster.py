@@ -1,0 +1,154 @@
+"""The sessions job on a real Spark standalone cluster (master + two 1-core workers).
+
+The job runs as its own process through its CLI with ``--master spark://...`` and the
+project's wheel shipped to the executors; its outputs must equal the plain-Python reference
+exactly, also when a worker is SIGKILLed mid-stream (tasks rescheduled, state reloaded from
+the checkpoint, no duplicate alert through the API). Where tasks ran is read from Spark's
+event log, which the job writes into the test's directory.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from streamstate.settings import Settings
+from streamstate.stack import EmbeddedStack
+from tests.integration.api_harness import ApiProcess, ApiTopics, wait_until
+from tests.scenario import Scenario, _differences, build_scenario, collect_outputs, produce_scenario
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+EVENTS, METRICS = 800, 400
+SOURCE_RDD = "DataSourceRDD"  # the RDD of a Python data source scan: the Kafka reads
+
+
+def sessions_scenario(seed: int) -> Scenario:
+    """The end-to-end scenario's user events only: the sessions job is the one under test."""
+    full = build_scenario(seed, events=EVENTS, metrics=METRICS)
+    return Scenario(seed=seed, records=[r for r in full.records if r.topic == "user-events"])
+
+
+def assert_sessions_match(scenario: Scenario, outputs, settings: Settings) -> None:
+    expected = scenario.expected(settings)
+    # The scenario must exercise the sessions job's paths, or matching it proves little.
+    assert {s.ended_by for s in expected.sessions.values()} == {"logout", "timeout"}
+    assert expected.alerts and expected.dead_letters and expected.session_state
+    problems = _differences(expected, outputs)
+    assert not problems, "outputs differ from the reference:\n" + "\n".join(problems)
+
+
+@contextmanager
+def sessions_job(settings: Settings, workdir: Path, monkeypatch):
+    """The sessions job CLI as a process on the cluster, with Spark's event log in ``workdir/events``."""
+    events = workdir / "events"
+    events.mkdir()
+    monkeypatch.setenv(
+        "PYSPARK_SUBMIT_ARGS",
+        f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
+        "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false pyspark-shell",
+    )
+    launcher = EmbeddedStack(settings=settings, workdir=workdir / "stack", quiet=True)
+    job = launcher.start_job("sessions")
+    try:
+        yield job
+    finally:
+        launcher.stop()
+
+
+@dataclass
+class EventLog:
+    """What Spark's event log says about the application's tasks and executors."""
+
+    app_id: str
+    tasks: list[tuple[str, str, str, int]]  # (RDD names of the stage, executor id, end reason, finish time ms)
+    executors_removed: dict[str, int]  # executor id -> time ms
+
+    @classmethod
+    def read(cls, events_dir: Path) -> "EventLog":
+        (log,) = [p for p in events_dir.iterdir() if p.name.startswith("app-")]
+        stage_rdds: dict[int, str] = {}
+        tasks, removed = [], {}
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerStageSubmitted":
+                info = event["Stage Info"]
+                stage_rdds[info["Stage ID"]] = " ".join(rdd["Name"] for rdd in info["RDD Info"])
+            elif event["Event"] == "SparkListenerTaskEnd":
+                task = event["Task Info"]
+                reason = event["Task End Reason"]["Reason"]
+                tasks.append((stage_rdds.get(event["Stage ID"], ""), task["Executor ID"], reason, task["Finish Time"]))
+            elif event["Event"] == "SparkListenerExecutorRemoved":
+                removed[event["Executor ID"]] = event["Timestamp"]
+        return cls(log.name.removesuffix(".inprogress"), tasks, removed)
+
+    def executors(self, only_source: bool = False) -> set[str]:
+        return {executor for rdds, executor, _, _ in self.tasks if SOURCE_RDD in rdds or not only_source}
+
+
+def shipped_zips(cluster, app_id: str) -> list[Path]:
+    """The project zips the executors of ``app_id`` downloaded into their work directories."""
+    return sorted(cluster.workdir.glob(f"worker-*/{app_id}/*/streamstate-*.zip"))
+
+
+def test_sessions_job_on_the_cluster_equals_the_reference(cluster, cluster_settings, bootstrap, tmp_path, monkeypatch):
+    scenario = sessions_scenario(seed=10)
+    produce_scenario(bootstrap, scenario, cluster_settings)
+    with sessions_job(cluster_settings, tmp_path, monkeypatch) as job:
+        outputs = collect_outputs(bootstrap, cluster_settings, scenario=scenario, timeout_s=420)
+        assert job.alive(), f"the job exited:\n{job.tail(40)}"
+    assert_sessions_match(scenario, outputs, cluster_settings)
+
+    log = EventLog.read(tmp_path / "events")
+    # The Kafka reads ran in tasks on the executors (never "driver"), and both executors worked.
+    assert log.executors(only_source=True) and "driver" not in log.executors(only_source=True)
+    assert log.executors() == {"0", "1"}
+    assert len(shipped_zips(cluster, log.app_id)) == 2, "each executor should have fetched the project's zip"
+
+
+def committed_batches(settings: Settings) -> int:
+    commits = Path(settings.checkpoint("sessions")) / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+
+
+def api_alerts_covering(api: ApiProcess, expected: set[str]) -> list[str] | None:
+    """The alert ids the API lists, once they include every expected one."""
+    ids = [alert["alert_id"] for alert in api.get("/alerts", limit=1000).json()["items"]]
+    return ids if set(ids) >= expected else None
+
+
+def test_a_worker_killed_mid_stream_changes_no_output(cluster, cluster_settings, bootstrap, tmp_path, monkeypatch):
+    # Small batches, so the kill lands with most of the input still to come.
+    settings = cluster_settings.model_copy(update={"max_offsets_per_trigger": 200})
+    scenario = sessions_scenario(seed=15)
+    produce_scenario(bootstrap, scenario, settings)
+    expected_alerts = set(scenario.expected(settings).alerts)
+    api_topics = ApiTopics(settings.topic_session_state, settings.topic_metric_state, settings.topic_alerts)
+    api = ApiProcess(bootstrap, api_topics, tmp_path / "api.log")
+    try:
+        with sessions_job(settings, tmp_path, monkeypatch) as job:
+            wait_until(lambda: committed_batches(settings) >= 1 or not job.alive(), 420, "the job's first committed batch")
+            assert job.alive(), f"the job exited:\n{job.tail(40)}"
+            at_kill = committed_batches(settings)
+            cluster.kill_worker(2)
+            wait_until(lambda: len(cluster.alive_workers()) == 1, 120, "the master to drop the killed worker")
+            outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=420)
+            assert job.alive(), f"the job exited:\n{job.tail(40)}"
+            batches = committed_batches(settings)
+        shown = wait_until(lambda: api_alerts_covering(api, expected_alerts), 60, "every alert in the API")
+    finally:
+        api.stop()
+    assert batches > at_kill, "no batch ran after the kill: it did not land mid-stream"
+    assert_sessions_match(scenario, outputs, settings)
+    assert sorted(shown) == sorted(set(shown)), "the API shows an alert twice"
+    assert set(shown) == expected_alerts
+
+    log = EventLog.read(tmp_path / "events")
+    assert len(log.executors_removed) == 1, f"expected the killed worker's executor to be removed: {log.executors_removed}"
+    (lost, removed_at) = next(iter(log.executors_removed.items()))
+    survivors = {executor for _, executor, reason, finished in log.tasks if finished > removed_at and reason == "Success"}
+    assert survivors and lost not in survivors, "after the kill, tasks must run (and succeed) on the remaining executor"
