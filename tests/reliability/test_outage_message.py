@@ -1,0 +1,20 @@
+"""The outage diagnosis the job runner logs: a dead broker is named, a live one is not blamed."""
+
+from __future__ import annotations
+
+from streamstate.jobs.outage import broker_problem, failure_message
+from streamstate.stack import free_port
+
+
+def test_a_live_broker_is_not_blamed(bootstrap):
+    assert broker_problem(bootstrap) is None
+    message = failure_message("q", ValueError("bad\n  thing"), bootstrap, "/ck", "the job exits")
+    assert message == "query q failed: bad thing; the job exits"
+
+
+def test_a_dead_broker_is_named_with_what_to_do():
+    dead = f"127.0.0.1:{free_port()}"
+    message = failure_message("q", RuntimeError("a long traceback"), dead, "/ck/q", "retrying in 5s")
+    assert message.startswith(f"Kafka broker at {dead} unreachable (")
+    assert "retrying in 5s" in message and "resumes from its checkpoint /ck/q" in message
+    assert "\n" not in message and "traceback" not in message
