@@ -7,24 +7,16 @@ import pytest
 
 from streamstate.jobs import anomalies_job, sessions_job
 from streamstate.jobs.runner import start_query
-from tests.scenario import assert_outputs_match, build_scenario, collect_outputs, produce_scenario
+from tests.scenario import assert_outputs_match, build_scenario, collect_outputs, pipeline_topics, produce_scenario
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
 def pipeline_settings(settings, new_topic, tmp_path):
-    names = {
-        "topic_user_events": new_topic(4, "events"),
-        "topic_metrics": new_topic(4, "metrics"),
-        "topic_alerts": new_topic(2, "alerts"),
-        "topic_sessions": new_topic(2, "sessions"),
-        "topic_session_state": new_topic(2, "session-state"),
-        "topic_metric_state": new_topic(2, "metric-state"),
-        "topic_dead_letters": new_topic(1, "dead"),
-        "topic_event_counts": new_topic(1, "counts"),
-    }
-    return settings.model_copy(update={**names, "checkpoint_root": str(tmp_path), "trigger_interval": "1 second"})
+    return settings.model_copy(
+        update={**pipeline_topics(new_topic), "checkpoint_root": str(tmp_path), "trigger_interval": "1 second"}
+    )
 
 
 def test_scenario_through_both_jobs_equals_the_reference(spark, bootstrap, pipeline_settings):
