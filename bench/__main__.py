@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         points = produce_metrics(bootstrap, "bench-metrics", args.metrics, args.series, SEED)
         run.doc["setup"]["dataset_s"] = round(time.perf_counter() - started, 1)
         run.figure("ceiling", lambda: ceiling(bootstrap, events, args.runs))
-        spark = build_spark(settings, "bench", spark__ui__enabled="false") if needs_spark else None
+        # Python workers connect back to the JVM within a timeout (15 s by default) that a machine
+        # loaded by other engineers' Spark runs exceeded; a slow start must not fail a figure.
+        spark = build_spark(settings, "bench", spark__ui__enabled="false", spark__python__authenticate__socketTimeout="120s") if needs_spark else None
         try:
             run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))
             run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))
