@@ -50,6 +50,20 @@ SIZES = {  # name -> (default, --full)
     "api_sessions": (1_000_000, 1_000_000),
 }
 SEED = 20_261_122
+NOTES = [
+    "Quix Streams 3.28.0 runs in its own venv (.venv/peers/quix): its pins (confluent-kafka<2.13, pydantic<2.14) "
+    "conflict with the project's. The embedded broker omits retention.ms from DescribeConfigs and Quix reads it "
+    "unguarded for its changelog topics (KeyError: 'retention.ms'): the peers set the source topic's broker config "
+    "retention.ms to Kafka's default -1 before building the dataframe. Nothing else is changed; changelog topics stay on.",
+    "Sessions rule in the peers: Quix session_window cannot end a session on logout, so the Quix peer is a stateful "
+    "apply with the project's rule (30-minute gap, logout ends the session) that closes a timed-out session on the "
+    "user's next event (no timers). Spark's native session_window has no logout rule, no de-duplication, no dead "
+    "letters, no alerts and no state snapshots; it runs in complete mode (session windows support no update mode).",
+    "Spark throughput = input records / the one availableNow batch's triggerExecution (planning, first read, state, "
+    "delivery-checked Kafka writes); source_rows_read in results.json counts every scan of the topic.",
+    "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
+    "group rebalance before the first record is not counted.",
+]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,6 +124,7 @@ class Run:
                 "runs_per_figure": args.runs,
                 "seed": SEED,
             },
+            "notes": NOTES + [f"sizes: {', '.join(f'{n}={getattr(args, n):,}' for n in SIZES)} (the issue's are --full)"],
             "figures": self._kept_figures(),
         }
         self.failed: list[str] = []
@@ -131,6 +146,7 @@ class Run:
             traceback.print_exc()
             result = {"error": " ".join(str(error).split())[:500]}
             self.failed.append(name)
+        result["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         result["wall_s"] = round(time.perf_counter() - started, 1)
         result["load_average_1m_after"] = round(os.getloadavg()[0], 2)
         self.doc["figures"][name] = result

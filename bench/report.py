@@ -116,4 +116,5 @@ def markdown(doc: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _rows(doc["figures"])]
+    lines += ["", "Notes:", *(f"- {note}" for note in doc.get("notes", []))]
     return "\n".join(lines)
