@@ -18,6 +18,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from streamstate.jobs.checkpoints import StatePartitionsChanged, check_state_partitions
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
@@ -71,9 +72,14 @@ def start_query(
     metrics=None,
     output_mode: str = "append",
 ) -> StreamingQuery:
-    """Start one of a job's streaming queries (also used in-process by the tests)."""
+    """Start one of a job's streaming queries (also used in-process by the tests).
+
+    Raises :class:`StatePartitionsChanged` when ``checkpoint`` was written with a state
+    partition count other than ``settings.shuffle_partitions`` (Spark would silently keep the old one).
+    """
     from streamstate.jobs.routing import batch_router
 
+    check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
     writer = (
         build(spark, settings)
         .writeStream.queryName(job)
@@ -145,6 +151,9 @@ def run_job(
             log.warning("restarting from the checkpoint in %.0fs (restart %d of %d)", delay, attempt + 1, settings.job_max_restarts)
             if stop_requested.wait(delay):
                 break
+    except StatePartitionsChanged as exc:
+        log.error("%s", exc)
+        return 2
     finally:
         metrics.close()
         spark.stop()

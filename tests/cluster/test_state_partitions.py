@@ -1,0 +1,49 @@
+"""The state partition count is fixed per checkpoint: a changed count fails at start, clearly.
+
+Spark stores ``spark.sql.shuffle.partitions`` in each batch's offsets metadata and on
+restart silently uses the stored value; the runner refuses to start instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from streamstate.jobs.checkpoints import StatePartitionsChanged, checkpointed_conf
+from streamstate.jobs.runner import start_query
+from tests.integration.api_harness import wait_until
+
+pytestmark = pytest.mark.spark
+
+
+def counter_rows(spark, settings):
+    """A minimal job: Spark's rate source as (kind, key, payload) rows."""
+    rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    value = F.col("value").cast("string")
+    return rows.select(F.lit("session_state").alias("kind"), value.alias("key"), value.alias("payload"))
+
+
+def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_topic, tmp_path):
+    checkpoint = str(tmp_path / "checkpoint")
+    first = settings.model_copy(update={"topic_session_state": new_topic(1, "rows"), "trigger_interval": "1 second"})
+    assert checkpointed_conf(spark, checkpoint) is None
+    query = start_query(spark, first, "partitions-first", counter_rows, checkpoint)
+    try:
+        wait_until(lambda: query.lastProgress is not None or query.exception(), 120, "the first batch")
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    stored = checkpointed_conf(spark, checkpoint)["spark.sql.shuffle.partitions"]
+    assert stored == str(first.shuffle_partitions)
+
+    changed = first.model_copy(update={"shuffle_partitions": first.shuffle_partitions * 2})
+    with pytest.raises(StatePartitionsChanged) as failure:
+        start_query(spark, changed, "partitions-changed", counter_rows, checkpoint)
+    message = str(failure.value)
+    assert "\n" not in message
+    assert f"holds state in {stored} partitions" in message and f"{changed.shuffle_partitions} were asked for" in message
+    assert not any(q.name == "partitions-changed" for q in spark.streams.active)
+
+    again = start_query(spark, first, "partitions-same", counter_rows, checkpoint)
+    again.stop()
+    assert again.exception() is None
