@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.jobs.checkpoints import StatePartitionsChanged, check_state_partitions
+from streamstate.jobs.outage import failure_message
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
@@ -138,8 +139,15 @@ def run_job(
             failures = _run_queries(spark, settings, job, build, extra, checkpoint, args.available_now, metrics, stop_requested)
             if not failures or stop_requested.is_set():
                 break
+            delay = min(60.0, 5.0 * 2**attempt)
+            next_step = (
+                "the job gives up"
+                if attempt == settings.job_max_restarts
+                else f"restarting from the checkpoint in {delay:.0f}s (restart {attempt + 1} of {settings.job_max_restarts})"
+            )
             for name, error in failures:
-                log.error("query %s failed: %s", name, " ".join(str(error).split())[:2000])
+                # A lost broker fails deep in the source with a long traceback: name it plainly.
+                log.error("%s", failure_message(name, error, settings.bootstrap_servers, checkpoint, next_step))
             if attempt == settings.job_max_restarts:
                 log.error(
                     "giving up after %d restarts. Check that the Kafka broker at %s is reachable and the log above; "
@@ -147,7 +155,6 @@ def run_job(
                     attempt, settings.bootstrap_servers, checkpoint,
                 )
                 return 1
-            delay = min(60.0, 5.0 * 2**attempt)
             log.warning("restarting from the checkpoint in %.0fs (restart %d of %d)", delay, attempt + 1, settings.job_max_restarts)
             if stop_requested.wait(delay):
                 break
