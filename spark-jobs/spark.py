@@ -14,6 +14,12 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
+def _quiet(spark: SparkSession, logger: str) -> None:
+    """Raise one logger to ERROR: the state server WARNs once per new key and batch."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, jvm.org.apache.logging.log4j.Level.ERROR)
+
+
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
@@ -46,6 +52,7 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config(key.replace("__", "."), value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet(spark, "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer")
     ship_code(spark, settings)
     return spark
 
