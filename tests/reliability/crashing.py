@@ -1,0 +1,97 @@
+"""Killing a job process with SIGKILL at seeded random moments, and restarting it on the
+same checkpoint: the moments are chosen from the job's own progress (its query started,
+then a random number of micro-batches committed) plus a random delay."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from streamstate.stack import EmbeddedStack, ManagedProcess
+
+
+@dataclass(frozen=True)
+class Kill:
+    cycle: int
+    committed: int  # micro-batches committed in the checkpoint when the job was killed
+    in_flight: bool  # a planned batch had not committed: the restart must replay it
+
+
+def _batches(checkpoint: Path, log: str) -> int:
+    folder = checkpoint / log
+    return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.is_dir() else 0
+
+
+def _planned_records(checkpoint: Path) -> int:
+    """Input records up to the end of the newest planned batch (the least over the query's sources)."""
+    folder = checkpoint / "offsets"
+    batches = sorted((int(f.name) for f in folder.iterdir() if f.name.isdigit()), reverse=True) if folder.is_dir() else []
+    if not batches:
+        return 0
+    sources = [json.loads(line) for line in (folder / str(batches[0])).read_text().splitlines()[2:] if line.strip()]
+    return min(sum(sum(parts.values()) for parts in source.values()) for source in sources)
+
+
+def _starts(proc: ManagedProcess, job: str) -> int:
+    try:
+        return proc.log_path.read_text(errors="replace").count(f"query {job} started")
+    except OSError:
+        return 0
+
+
+def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str) -> None:
+    """Poll ``condition``; a dead or stuck job fails the test."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if not proc.alive():
+            raise AssertionError(f"{proc.name} exited with {proc.popen.returncode} while {what}:\n{proc.tail(40)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{proc.name} made no progress in {timeout_s:.0f}s while {what}:\n{proc.tail(40)}")
+        time.sleep(0.1)
+
+
+def start(stack: EmbeddedStack, job: str, break_checkpoint: bool = False) -> ManagedProcess:
+    """Start ``job`` on its checkpoint; ``break_checkpoint`` first deletes the checkpointed state."""
+    if break_checkpoint:
+        shutil.rmtree(Path(stack.settings.checkpoint(job)) / "state", ignore_errors=True)
+    return stack.start_job(job)
+
+
+def crash_repeatedly(
+    stack: EmbeddedStack,
+    job: str,
+    rng: random.Random,
+    cycles: int,
+    feed: Callable[[int], None],
+    input_records: Callable[[], int],
+    break_checkpoint: bool = False,
+    progress_timeout_s: float = 300,
+) -> list[Kill]:
+    """``cycles`` times: ``feed(cycle)`` more input, start the job, let it commit a random
+    number (0-2) of micro-batches (fewer once all ``input_records()`` are planned), wait a
+    random moment, SIGKILL it."""
+    checkpoint = Path(stack.settings.checkpoint(job))
+    kills = []
+    for cycle in range(cycles):
+        feed(cycle)
+        previous_starts = _starts(stack.processes[f"{job}-job"], job) if f"{job}-job" in stack.processes else 0
+        proc = start(stack, job, break_checkpoint)
+        _wait(lambda: _starts(proc, job) > previous_starts, proc, progress_timeout_s, "starting its query")
+        target = _batches(checkpoint, "commits") + rng.choice((0, 1, 1, 2))
+
+        def progressed() -> bool:
+            committed = _batches(checkpoint, "commits")
+            exhausted = _planned_records(checkpoint) >= input_records() and committed >= _batches(checkpoint, "offsets")
+            return committed >= target or exhausted
+
+        _wait(progressed, proc, progress_timeout_s, "processing")
+        time.sleep(rng.uniform(0, 2.5))
+        in_flight = _batches(checkpoint, "offsets") > _batches(checkpoint, "commits")
+        proc.kill()
+        kills.append(Kill(cycle, _batches(checkpoint, "commits"), in_flight))
+    return kills

@@ -1,0 +1,109 @@
+"""Crash recovery, repeated: both jobs run as separate processes on a scripted input and
+are SIGKILLed at seeded random points (at least 5 kill/restart cycles each, killed
+independently), then run to the end on the same checkpoints. The final state snapshots,
+closed sessions and dead letters equal the plain-Python reference exactly, every expected
+alert is on the alerts topic, and the API started afterwards shows each alert id once.
+
+The input arrives in chunks while the jobs are being killed (one more chunk at each
+cycle), as a live stream does, so kills land between and inside batches of new data."""
+
+from __future__ import annotations
+
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from streamstate.settings import Settings
+from tests.integration.api_harness import wait_until
+from tests.reliability.conftest import BREAK_CHECKPOINT, LARGE
+from tests.reliability.crashing import crash_repeatedly, start
+from tests.scenario import Scenario, assert_outputs_match, build_scenario, collect_outputs, produce_scenario
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SEED = 7
+CYCLES = 10 if LARGE else 5
+EVENTS, METRICS = (2_500, 1_500) if LARGE else (800, 500)
+JOBS = ("sessions", "anomalies")
+
+
+class Feeder:
+    """Produces the scenario in ``chunks`` consecutive slices, each once, on demand."""
+
+    def __init__(self, bootstrap: str, settings: Settings, scenario: Scenario, chunks: int):
+        self._bootstrap, self._settings, self.scenario = bootstrap, settings, scenario
+        size = -(-len(scenario.records) // chunks)
+        self._slices = [scenario.records[i : i + size] for i in range(0, len(scenario.records), size)]
+        self._fed = 0
+        self._lock = threading.Lock()
+        scenario.produced = []
+
+    def feed(self, upto: int) -> None:
+        with self._lock:
+            while self._fed <= min(upto, len(self._slices) - 1):
+                chunk = Scenario(self.scenario.seed, self._slices[self._fed])
+                self.scenario.produced += produce_scenario(self._bootstrap, chunk, self._settings)
+                self._fed += 1
+
+    def produced_on(self, topic: str) -> int:
+        with self._lock:
+            return sum(r.topic == topic for r in self.scenario.produced)
+
+
+def test_jobs_killed_repeatedly_end_equal_to_the_reference(pipeline_stack, bootstrap):
+    stack = pipeline_stack
+    settings = stack.settings
+    scenario = build_scenario(SEED, events=EVENTS, metrics=METRICS)
+    feeder = Feeder(bootstrap, settings, scenario, CYCLES + 1)
+    topic_of = {"sessions": settings.topic_user_events, "anomalies": settings.topic_metrics}
+
+    with ThreadPoolExecutor(len(JOBS)) as pool:
+        runs = {
+            job: pool.submit(
+                crash_repeatedly,
+                stack,
+                job,
+                random.Random(f"{SEED}-{job}"),
+                CYCLES,
+                feeder.feed,
+                lambda topic=topic_of[job]: feeder.produced_on(topic),
+                BREAK_CHECKPOINT,
+            )
+            for job in JOBS
+        }
+        kills = {job: run.result() for job, run in runs.items()}
+
+    feeder.feed(CYCLES)
+    final = {job: start(stack, job, BREAK_CHECKPOINT) for job in JOBS}
+    outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=300)
+    for job, proc in final.items():
+        assert proc.alive(), f"{job} job exited after its restarts:\n{proc.tail(40)}"
+        proc.stop()
+
+    api = stack.start_api()
+    client = httpx.Client(base_url=f"http://{settings.api_host}:{settings.api_port}", timeout=10)
+    try:
+        wait_until(lambda: _ready(client), 90, f"the API to be ready:\n{api.tail()}")
+        outputs.api_alert_ids = [a["alert_id"] for a in client.get("/alerts", params={"limit": 1000}).json()["items"]]
+    finally:
+        client.close()
+        api.stop()
+
+    print(
+        f"\ncrash recovery: {sum(map(len, kills.values()))} kills "
+        f"({', '.join(f'{job}: {len(k)}, {sum(x.in_flight for x in k)} mid-batch' for job, k in kills.items())}); "
+        f"{len(scenario.produced)} input records; {len(outputs.alerts)} alerts in {outputs.alert_copies} copies; "
+        f"{len(outputs.dead_letters)} dead letters; API alert ids {len(outputs.api_alert_ids)}"
+    )
+    assert all(len(k) >= 5 for k in kills.values()), kills
+    assert_outputs_match(scenario, outputs, settings)
+
+
+def _ready(client: httpx.Client) -> bool:
+    try:
+        return client.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
