@@ -6,6 +6,9 @@ restart silently uses the stored value; the runner refuses to start instead.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -47,3 +50,13 @@ def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_top
     again = start_query(spark, first, "partitions-same", counter_rows, checkpoint)
     again.stop()
     assert again.exception() is None
+
+    # The CLI says the same in one line and exits 2 before touching Kafka.
+    cli = subprocess.run(
+        [sys.executable, "-m", "streamstate.jobs.sessions_job", "--master", "local[1]", "--checkpoint", checkpoint,
+         "--shuffle-partitions", str(changed.shuffle_partitions), "--metrics-port", "0", "--bootstrap-servers", settings.bootstrap_servers],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert cli.returncode == 2, cli.stderr[-2000:]
+    errors = [line for line in cli.stderr.splitlines() if " ERROR " in line and "holds state in" in line]
+    assert len(errors) == 1 and f"{changed.shuffle_partitions} were asked for" in errors[0], cli.stderr[-2000:]
