@@ -60,8 +60,8 @@ class AlertClock(threading.Thread):
         return [float(arrived - ts) for ts, arrived in list(self.arrivals) if start_ms <= ts < end_ms]
 
 
-def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, seed: int) -> int:
-    """Run the producer CLI for ``seconds`` at ``rate`` records/s of wall-clock metric points."""
+def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, seed: int) -> str:
+    """Run the producer CLI for ``seconds`` at ``rate`` records/s of wall-clock metric points; its summary line."""
     done = subprocess.run(
         [sys.executable, "-m", "streamstate.producers", "metrics", "--bootstrap", settings.bootstrap_servers,
          "--rate", str(rate), "--duration", str(seconds), "--clock", "wall", "--series", str(SERIES),
@@ -70,18 +70,42 @@ def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, s
     )
     if done.returncode != 0:
         raise RuntimeError(f"producer failed ({done.returncode}): {done.stderr[-1000:]}")
-    return done.returncode
+    return done.stderr.strip().splitlines()[-1]  # "sent N records, 0 failed, in S s (R/s)": the rate achieved
 
 
-def wait_quiet(clock: AlertClock, idle_s: float, limit_s: float) -> None:
-    """Until no alert arrived for ``idle_s`` (the job has caught up), at most ``limit_s``."""
-    deadline, seen, last_change = time.monotonic() + limit_s, -1, time.monotonic()
+def input_ends(bootstrap: str, topic: str, partitions: int) -> dict[tuple[str, int], int]:
+    """The topic's true end offsets (probed past the embedded broker's under-reported watermark)."""
+    from streamstate.jobs.kafka.broker import PartitionView
+
+    view = PartitionView({"bootstrap.servers": bootstrap})
+    try:
+        return view.ends([(topic, p) for p in range(partitions)])[1]
+    finally:
+        view.close()
+
+
+def read_up_to(query) -> dict[tuple[str, int], int]:
+    """The source offsets the query's last completed batch read up to."""
+    from streamstate.jobs.kafka.offsets import offsets_from_json
+
+    progress = query.lastProgress
+    if not progress or not progress["sources"] or progress["sources"][0]["endOffset"] is None:
+        return {}
+    end = progress["sources"][0]["endOffset"]
+    return offsets_from_json(json.loads(end) if isinstance(end, str) else end)
+
+
+def wait_caught_up(query, ends: dict[tuple[str, int], int], limit_s: float) -> bool:
+    """Until the job's batches have read everything produced (its alerts are then written), at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if len(clock.arrivals) != seen:
-            seen, last_change = len(clock.arrivals), time.monotonic()
-        elif time.monotonic() - last_change > idle_s:
-            return
-        time.sleep(0.2)
+        read = read_up_to(query)
+        if all(read.get(tp, -1) >= end for tp, end in ends.items()):
+            return True
+        if query.exception() is not None:
+            raise RuntimeError(f"anomalies job failed: {query.exception()}")
+        time.sleep(0.25)
+    return False
 
 
 def measure(spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_000, seconds: float = 15.0, trigger: str = "250 milliseconds") -> dict[str, Any]:
@@ -96,15 +120,14 @@ def measure(spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_0
     try:
         print(f"  latency warm-up: {seconds:.0f}s at {rate:,}/s (discarded)", flush=True)
         produce_at_rate(run_settings, input_topic, rate, seconds, seed=100)
-        wait_quiet(clock, idle_s=3, limit_s=60)
+        wait_caught_up(query, input_ends(settings.bootstrap_servers, input_topic, 4), limit_s=180)
         for index in range(runs):
             start_ms = time.time_ns() // 1_000_000
-            produce_at_rate(run_settings, input_topic, rate, seconds, seed=101 + index)
+            sent = produce_at_rate(run_settings, input_topic, rate, seconds, seed=101 + index)
             end_ms = time.time_ns() // 1_000_000
-            wait_quiet(clock, idle_s=3, limit_s=60)
-            if query.exception() is not None:
-                raise RuntimeError(f"anomalies job failed: {query.exception()}")
-            period = percentiles(clock.between(start_ms, end_ms))
+            caught_up = wait_caught_up(query, input_ends(settings.bootstrap_servers, input_topic, 4), limit_s=180)
+            time.sleep(1)  # the alert consumer's last fetch
+            period = {**percentiles(clock.between(start_ms, end_ms)), "caught_up": caught_up, "producer": sent}
             periods.append(period)
             print(f"  latency run {index + 1}/{runs}: {period.get('count', 0)} alerts, p50 {period.get('p50_ms')} ms, p99 {period.get('p99_ms')} ms", flush=True)
         batch_ms = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
@@ -112,7 +135,7 @@ def measure(spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_0
         query.stop()
         clock.stopping.set()
         clock.join(10)
-    measured = [p for p in periods if p]
+    measured = [p for p in periods if "p50_ms" in p]
     if not measured:
         raise RuntimeError("no anomaly alerts arrived in any measured period")
     return {
