@@ -11,6 +11,7 @@ are measured separately; p50/p99 are per period, and their medians are the figur
 
 from __future__ import annotations
 
+import ast
 import json
 import statistics
 import subprocess
@@ -92,7 +93,12 @@ def read_up_to(query) -> dict[tuple[str, int], int]:
     if not progress or not progress["sources"] or progress["sources"][0]["endOffset"] is None:
         return {}
     end = progress["sources"][0]["endOffset"]
-    return offsets_from_json(json.loads(end) if isinstance(end, str) else end)
+    if isinstance(end, str):
+        try:
+            end = json.loads(end)
+        except json.JSONDecodeError:
+            end = ast.literal_eval(end)  # the Python data source's offset can arrive as a dict's repr
+    return offsets_from_json(end)
 
 
 def wait_caught_up(query, ends: dict[tuple[str, int], int], limit_s: float) -> bool:
