@@ -7,7 +7,7 @@ import pytest
 
 from streamstate.jobs.standalone import StandaloneCluster
 from streamstate.settings import Settings
-from streamstate.stack import free_port
+from tests.scenario import pipeline_topics
 
 
 @pytest.fixture(scope="module")
@@ -23,24 +23,13 @@ def cluster(tmp_path_factory):
 @pytest.fixture
 def cluster_settings(settings: Settings, new_topic, tmp_path, cluster) -> Settings:
     """Fresh topics and checkpoints; jobs on the cluster with the project's wheel shipped to the executors."""
-    names = {
-        "topic_user_events": new_topic(4, "events"),
-        "topic_metrics": new_topic(1, "metrics"),
-        "topic_alerts": new_topic(2, "alerts"),
-        "topic_sessions": new_topic(2, "sessions"),
-        "topic_session_state": new_topic(2, "session-state"),
-        "topic_metric_state": new_topic(1, "metric-state"),
-        "topic_dead_letters": new_topic(1, "dead"),
-        "topic_event_counts": new_topic(1, "counts"),
-    }
     return settings.model_copy(
         update={
-            **names,
+            **pipeline_topics(new_topic),
             "spark_master": cluster.master_url,
             "ship_code": "wheel",
             "checkpoint_root": str(tmp_path / "checkpoints"),
             "trigger_interval": "1 second",
             "sessions_metrics_port": 0,
-            "api_port": free_port(),
         }
     )
