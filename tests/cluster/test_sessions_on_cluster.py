@@ -125,6 +125,11 @@ def planned_records(settings: Settings) -> int:
     return sum(sum(partitions.values()) for partitions in ends.values())
 
 
+def tasks_started_on(cluster, worker: int) -> int:
+    """Tasks the executors on ``worker`` have started so far (their logs line per task, written at once)."""
+    return sum(log.read_text(errors="replace").count("Running task") for log in cluster.workdir.glob(f"worker-{worker}/app-*/*/stderr"))
+
+
 def produce_in_two_parts(bootstrap: str, scenario: Scenario, settings: Settings):
     """Produce the first half now; return the function that produces the rest (``scenario.produced`` becomes all)."""
     half = len(scenario.records) // 2
@@ -158,8 +163,15 @@ def test_a_worker_killed_mid_stream_changes_no_output(cluster, cluster_settings,
         with sessions_job(settings, tmp_path, monkeypatch) as job:
             wait_until(lambda: committed_batches(settings) >= 1 or not job.alive(), 420, "the job's first committed batch")
             assert job.alive(), f"the job exited:\n{job.tail(40)}"
+            before = tasks_started_on(cluster, 2), committed_batches(settings)
             produce_rest()
-            wait_until(lambda: planned_records(settings) == len(scenario.records) or not job.alive(), 120, "the second part's batch")
+            # Kill while worker 2's executor runs a task of the second part's batch (or once that batch is done).
+            wait_until(
+                lambda: planned_records(settings) == len(scenario.records)
+                and (tasks_started_on(cluster, 2) > before[0] or committed_batches(settings) > before[1] + 1),
+                180,
+                "a task of the second part's batch on worker 2",
+            )
             at_kill = committed_batches(settings)
             cluster.kill_worker(2)
             wait_until(lambda: len(cluster.alive_workers()) == 1, 120, "the master to drop the killed worker")
