@@ -110,8 +110,10 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 def markdown(doc: dict[str, Any]) -> str:
     """The results table with the machine and setup it was measured on."""
     m, s = doc["machine"], doc["setup"]
+    stamps = sorted(f["measured_at"] for f in doc["figures"].values() if "measured_at" in f)
+    when = f"between {stamps[0]} and {stamps[-1]} (a partial `--only` run replaces its figures)" if stamps else doc["date"]
     lines = [
-        f"Measured {doc['date']} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {m['java']}.",
+        f"Measured {when} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {m['java']}.",
         f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}: "
         "other engineers' Spark runs share the machine, so every figure is noisy.",
         f"Broker: {s['broker']}. Spark: {s['spark_master']}, {s['shuffle_partitions']} shuffle partitions, "
