@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator
+from streamstate.producers.kafka_writer import produce_records
 from streamstate.topics import TopicSpec, create_topics
 
 INPUT_PARTITIONS = 4
@@ -31,31 +32,13 @@ class Dataset:
 
 
 def produce(bootstrap: str, topic: str, records, partitions: int = INPUT_PARTITIONS) -> int:
-    """Create ``topic`` and produce ``records`` (ProducedRecord) keyed, so each key stays in one partition in order."""
+    """Create ``topic`` and produce ``records`` (ProducedRecord for that topic) with the producers'
+    own writer: keyed, so each key stays in one partition in order; every delivery checked."""
     create_topics(bootstrap, [TopicSpec(topic, partitions)])
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 500_000}
-    )
-    failures: list[str] = []
-
-    def report(error, _message) -> None:
-        if error is not None:
-            failures.append(str(error))
-
-    count = 0
-    for record in records:
-        while True:
-            try:
-                producer.produce(topic, key=record.key, value=record.value, on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        count += 1
-        if count % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120) or failures:
-        raise RuntimeError(f"producing {topic}: {len(failures)} records failed, e.g. {failures[:1]}")
-    return count
+    summary = produce_records(bootstrap, records, progress=False, linger__ms=20, batch__size=1_000_000)
+    if not summary.ok:
+        raise RuntimeError(f"producing {topic}: {summary.line()}")
+    return summary.sent
 
 
 def produce_user_events(bootstrap: str, topic: str, events: int, users: int, seed: int) -> Dataset:
