@@ -149,7 +149,7 @@ def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None)
     return outputs
 
 
-def _differences(expected: PipelineOutputs, got: Outputs) -> list[str]:
+def differences(expected: PipelineOutputs, got: Outputs) -> list[str]:
     problems = []
     for name in ("alerts", "sessions", "dead_letters", "session_state", "metric_state"):
         want, have = getattr(expected, name), getattr(got, name)
@@ -172,7 +172,7 @@ def collect_outputs(
     deadline = time.monotonic() + timeout_s
     while True:
         got = read_outputs(bootstrap, settings, api_url)
-        if expected is None or not _differences(expected, got) or time.monotonic() > deadline:
+        if expected is None or not differences(expected, got) or time.monotonic() > deadline:
             return got
         time.sleep(3)
 
@@ -185,7 +185,7 @@ def assert_outputs_match(scenario: Scenario, got: Outputs, settings: Settings | 
     assert {"anomaly", "purchase_without_view"} <= kinds, f"scenario raises too few alert kinds: {kinds}"
     assert {s.ended_by for s in expected.sessions.values()} == {"logout", "timeout"}
     assert expected.dead_letters and expected.metric_state and expected.session_state
-    problems = _differences(expected, got)
+    problems = differences(expected, got)
     assert not problems, "outputs differ from the reference:\n" + "\n".join(problems)
     if got.api_alert_ids is not None:
         assert sorted(got.api_alert_ids) == sorted(set(got.api_alert_ids)), "the API shows an alert twice"
