@@ -177,6 +177,26 @@ def collect_outputs(
         time.sleep(3)
 
 
+def run_jobs_in_process(spark, bootstrap: str, settings: Settings, scenario: Scenario, timeout_s: float = 300) -> Outputs:
+    """Both jobs as queries of the shared SparkSession until their outputs match the scenario
+    (or the timeout); each query must still be running, with no error, at the end."""
+    from streamstate.jobs import anomalies_job, sessions_job
+    from streamstate.jobs.runner import start_query
+
+    queries = [
+        start_query(spark, settings, job, module.build, settings.checkpoint(job))
+        for job, module in (("sessions", sessions_job), ("anomalies", anomalies_job))
+    ]
+    try:
+        outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=timeout_s)
+        for query in queries:
+            assert query.isActive and query.exception() is None, query.exception()
+    finally:
+        for query in queries:
+            query.stop()
+    return outputs
+
+
 def assert_outputs_match(scenario: Scenario, got: Outputs, settings: Settings | None = None) -> None:
     settings = settings or Settings()
     expected = scenario.expected(settings)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate.jobs import anomalies_job, sessions_job
-from streamstate.jobs.runner import start_query
-from tests.scenario import assert_outputs_match, build_scenario, collect_outputs, pipeline_topics, produce_scenario
+from tests.scenario import assert_outputs_match, build_scenario, pipeline_topics, produce_scenario, run_jobs_in_process
 
 pytestmark = pytest.mark.spark
 
@@ -22,16 +20,6 @@ def pipeline_settings(settings, new_topic, tmp_path):
 def test_scenario_through_both_jobs_equals_the_reference(spark, bootstrap, pipeline_settings):
     scenario = build_scenario(seed=11)
     produce_scenario(bootstrap, scenario, pipeline_settings)
-    queries = [
-        start_query(spark, pipeline_settings, job, module.build, pipeline_settings.checkpoint(job))
-        for job, module in (("sessions", sessions_job), ("anomalies", anomalies_job))
-    ]
-    try:
-        outputs = collect_outputs(bootstrap, pipeline_settings, scenario=scenario, timeout_s=300)
-        for query in queries:
-            assert query.exception() is None, query.exception()
-    finally:
-        for query in queries:
-            query.stop()
+    outputs = run_jobs_in_process(spark, bootstrap, pipeline_settings, scenario)
     assert outputs.alert_copies >= len(outputs.alerts)
     assert_outputs_match(scenario, outputs, pipeline_settings)

@@ -14,13 +14,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from streamstate.contracts import DeadLetter, Metric, UserEvent
-from streamstate.jobs import anomalies_job, sessions_job
 from streamstate.jobs.rules.reference import run_reference
-from streamstate.jobs.runner import start_query
 from streamstate.producers.records import ProducedRecord, expected_reason
 from tests.reliability.bad_records import bad_record, huge_string, near_limit_value
 from tests.reliability.conftest import LARGE
-from tests.scenario import assert_outputs_match, build_scenario, collect_outputs, produce_scenario, read_topic
+from tests.scenario import assert_outputs_match, build_scenario, produce_scenario, read_topic, run_jobs_in_process
 
 pytestmark = pytest.mark.spark
 
@@ -68,17 +66,7 @@ def test_bad_records_become_dead_letters_and_change_nothing_else(spark, bootstra
     for output in ("alerts", "sessions", "session_state", "metric_state"):
         assert getattr(everything, output) == getattr(good_only, output), f"bad records change the reference {output}"
 
-    queries = [
-        start_query(spark, fuzz_settings, job, module.build, fuzz_settings.checkpoint(job))
-        for job, module in (("sessions", sessions_job), ("anomalies", anomalies_job))
-    ]
-    try:
-        outputs = collect_outputs(bootstrap, fuzz_settings, scenario=scenario, timeout_s=300)
-        for query in queries:
-            assert query.isActive and query.exception() is None, query.exception()
-    finally:
-        for query in queries:
-            query.stop()
+    outputs = run_jobs_in_process(spark, bootstrap, fuzz_settings, scenario)
 
     letters = [DeadLetter.model_validate_json(m.value()) for m in read_topic(bootstrap, fuzz_settings.topic_dead_letters)]
     copies = Counter((d.source_topic, d.source_partition, d.source_offset) for d in letters)
