@@ -7,7 +7,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable

@@ -6,7 +6,6 @@ import itertools
 import os
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 

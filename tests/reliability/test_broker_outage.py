@@ -50,7 +50,7 @@ def test_jobs_and_api_report_a_broker_outage(outage_stack):
     stack, settings = outage_stack, outage_stack.settings
     produce_scenario(settings.bootstrap_servers, build_scenario(seed=3, events=50, metrics=200), settings)
     job = stack.start_job("anomalies")
-    api = stack.start_api()
+    stack.start_api()
     api_url = f"http://{settings.api_host}:{settings.api_port}"
     job_metrics = f"http://127.0.0.1:{settings.anomalies_metrics_port}/metrics"
 
