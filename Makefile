@@ -3,7 +3,7 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 .PHONY: run test bench setup java test-deps compose-check clean
 
@@ -28,7 +28,9 @@ $(STAMP):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) is required." >&2; exit 1; }
 	@echo "Installing the project into $(VENV) (first run takes a few minutes)..."
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	# setuptools and wheel build the project's wheel that is shipped to cluster executors
+	# (pip wheel --no-build-isolation); Python 3.11's bundled setuptools cannot.
+	$(BIN)/pip install -q --upgrade pip==26.3 setuptools==84.2.1 wheel==0.48.0
 	$(BIN)/pip install -q -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
