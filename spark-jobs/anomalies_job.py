@@ -3,7 +3,8 @@
     streamstate-anomalies-job --help
 
 One streaming query: Kafka source -> contract validation (non-numeric or missing values
-become dead letters and never reach the state) -> ``map_with_state`` per series running
+become dead letters and never reach the state; they pass the one stateful operator under a
+reserved key, so the topic is read once) -> ``map_with_state`` per series running
 :mod:`streamstate.jobs.rules.anomalies` on each value in arrival order -> routed to the
 output topics. A series idle for ``series_idle_timeout_ms`` of event time is expired and
 tombstoned on ``metric-state``.
@@ -24,7 +25,7 @@ from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.reference import anomaly_rule
 from streamstate.jobs.runner import main_for
 from streamstate.jobs.state import State, StateSpec, map_with_state
-from streamstate.jobs.validation import dead_letters, good_rows, validate
+from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, keyed_with_invalid, validate, with_dead_letters
 from streamstate.settings import Settings
 
 DESCRIPTION = "Anomalies job: rolling-window z-score alerts and running statistics per metric series."
@@ -49,21 +50,24 @@ def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_kafka(spark, settings, subscribe=settings.topic_metrics, startingOffsets="earliest")
-    checked = validate(raw, Metric)
-    points = good_rows(checked).withColumn("event_time", F.timestamp_millis("ts")).withWatermark(
-        "event_time", f"{settings.watermark_delay_ms} milliseconds"
+    points = (
+        keyed_with_invalid(validate(raw, Metric), "series_id")
+        .withColumn("event_time", F.timestamp_millis("ts"))
+        .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
     )
     rule = anomaly_rule(settings)
     spec = (
-        StateSpec.batch_function(partial(on_series, rule))
+        StateSpec.batch_function(with_dead_letters(partial(on_series, rule)))
         .event_time("ts")
         .timeout(settings.series_idle_timeout_ms)
         .snapshots(partial(series_snapshot, rule))
     )
     result = map_with_state(
-        points.select("series_id", "ts", "value", "topic", "partition", "offset"), key="series_id", spec=spec
+        points.select("series_id", "ts", "value", "topic", "partition", "offset", *DEAD_LETTER_COLUMNS),
+        key="series_id",
+        spec=spec,
     )
-    return state_rows(result, "metric_state").unionByName(dead_letters(checked))
+    return state_rows(result, "metric_state")
 
 
 main = main_for("anomalies", DESCRIPTION, build)

@@ -212,10 +212,14 @@ class JobMetrics:
         dead_letters = Counter(
             "streamstate_job_dead_letters", "Bad input records sent to the dead-letter topic.",
             ["job"], registry=r)
+        late_events = Counter(
+            "streamstate_job_late_events", "Valid events dropped as late: at or behind the watermark when they arrived.",
+            ["job"], registry=r)
         alerts = Counter("streamstate_job_alerts", "Alerts emitted.", ["job", "kind"], registry=r)
         records_out = Counter(
             "streamstate_job_records_out", "Records written to output topics.", ["job", "topic"], registry=r)
         self.dead_letters = dead_letters.labels(job=job)
+        self.late_events = late_events.labels(job=job)
         self.alerts = _JobLabelled(alerts, job)
         self.records_out = _JobLabelled(records_out, job)
         self.sessions_closed = Counter(

@@ -96,6 +96,8 @@ def metrics_update(metrics, settings: Settings, summary) -> int:
         if kind == COUNT_KIND:
             if row["counter"] == "sessions_opened":
                 open_delta += row["total"] or 0
+            elif row["counter"] == "late_events":
+                metrics.late_events.inc(row["total"] or 0)
             continue
         metrics.records_out.labels(topic=topic_for(kind, settings)).inc(n)
         if kind == "dead_letter":

@@ -2,11 +2,12 @@
 
     streamstate-sessions-job --help
 
-One streaming query: Kafka source -> contract validation (bad records become dead
-letters) -> event-time watermark -> ``dropDuplicatesWithinWatermark(event_id)`` ->
-``map_with_state`` per user running :mod:`streamstate.jobs.rules.sessions` -> routed to
-the output topics by ``foreachBatch``. The rule itself lives in the rules module; this
-file is only the wiring.
+One streaming query: Kafka source -> contract validation -> event-time watermark ->
+``map_with_state`` per user running :mod:`streamstate.jobs.rules.sessions` (which also
+drops duplicate and late events) -> routed to the output topics by ``foreachBatch``. Bad
+records pass the same operator under a reserved key and come out as dead letters, so the
+topic is read and validated once per batch. The rule itself lives in the rules module;
+this file is only the wiring.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.reference import session_rule
 from streamstate.jobs.runner import main_for
 from streamstate.jobs.state import State, StateSpec, map_with_state
-from streamstate.jobs.validation import dead_letters, good_rows, validate
+from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, good_rows, keyed_with_invalid, validate, with_dead_letters
 from streamstate.settings import Settings
 
 DESCRIPTION = "Sessions job: per-user sessions, behaviour and alerts from the user-events topic."
@@ -32,10 +33,13 @@ DESCRIPTION = "Sessions job: per-user sessions, behaviour and alerts from the us
 
 def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any]], state: State):
     """Batch function: hold the user's new events, settle what the watermark allows."""
-    current = state.get() if state.exists() else sessions.new_state()
-    for event in events:
-        sessions.add_event(current, event["ts"], event["event_id"], event["type"], event["amount"])
     watermark = state.watermark_ms if state.watermark_ms >= 0 else None
+    current = state.get() if state.exists() else sessions.new_state()
+    admitted = sessions.admit(current, ((e["ts"], e["event_id"], e["type"], e["amount"]) for e in events), watermark)
+    if admitted.late:
+        yield {"kind": "count", "key": "late_events", "payload": str(admitted.late)}
+    if not state.exists() and not admitted.accepted:
+        return  # nothing but late events from a user we hold nothing for
     result = sessions.settle(current, user_id, watermark, rule)
     state.update(current)
     state.set_timeout_timestamp(sessions.next_deadline(current, rule))
@@ -53,25 +57,23 @@ def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str |
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
-    checked = validate(raw, UserEvent)
     events = (
-        good_rows(checked)
+        keyed_with_invalid(validate(raw, UserEvent), "user_id")
         .withColumn("event_time", F.timestamp_millis("ts"))
         .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
-        .dropDuplicatesWithinWatermark(["event_id"])
     )
     rule = session_rule(settings)
     spec = (
-        StateSpec.batch_function(partial(on_user, rule))
+        StateSpec.batch_function(with_dead_letters(partial(on_user, rule)))
         .event_time("ts")
         .snapshots(partial(user_snapshot, rule))
     )
     result = map_with_state(
-        events.select("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset"),
+        events.select("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset", *DEAD_LETTER_COLUMNS),
         key="user_id",
         spec=spec,
     )
-    return state_rows(result, "session_state").unionByName(dead_letters(checked))
+    return state_rows(result, "session_state")
 
 
 def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -9,7 +9,7 @@ the precise reason, ready for the dead-letter topic.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -17,7 +17,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from streamstate.contracts import ContractError, Metric, UserEvent, dead_letter_text, parse_input, spark_schema
+from streamstate.contracts import (
+    ID_MAX_CHARS,
+    ContractError,
+    DeadLetter,
+    Metric,
+    UserEvent,
+    dead_letter_text,
+    parse_input,
+    spark_schema,
+)
 
 SOURCE_COLUMNS = [
     T.StructField("topic", T.StringType()),
@@ -85,26 +94,48 @@ def validate(raw: DataFrame, model: type[UserEvent] | type[Metric]) -> DataFrame
     )
 
 
-def dead_letters(validated: DataFrame) -> DataFrame:
-    """The bad rows as DeadLetter JSON, with the (kind, key, payload) shape the router writes."""
-    letter = F.to_json(
-        F.struct(
-            F.col("error").alias("reason"),
-            F.lit("contract").alias("stage"),
-            F.col("topic").alias("source_topic"),
-            F.col("partition").alias("source_partition"),
-            F.col("offset").alias("source_offset"),
-            F.col("raw_key").alias("key"),
-            F.col("raw_value").alias("value"),
-            F.col("kafka_ts").alias("ts"),
-        ),
-        {"ignoreNullFields": "false"},
+# Invalid records ride through a job's one stateful operator under this key. It is longer than
+# any valid id, so no real key equals it. A separate dead-letter branch unioned with the stateful
+# one made Spark scan and validate the topic twice per batch.
+INVALID_RECORDS_KEY = "invalid-records:" + "#" * ID_MAX_CHARS
+# What an invalid record's dead letter is built from, besides the source coordinates.
+DEAD_LETTER_COLUMNS = ("kafka_ts", "error", "raw_key", "raw_value")
+
+
+def keyed_with_invalid(validated: DataFrame, key: str) -> DataFrame:
+    """Every validated row, the invalid ones keyed by :data:`INVALID_RECORDS_KEY` instead of ``key``."""
+    return validated.withColumn(
+        key, F.when(F.col("error").isNull(), F.col(key)).otherwise(F.lit(INVALID_RECORDS_KEY))
     )
-    return validated.filter(F.col("error").isNotNull()).select(
-        F.lit("dead_letter").alias("kind"),
-        F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")).alias("key"),
-        letter.alias("payload"),
+
+
+def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
+    """An invalid record as a (kind, key, payload) output row: a DeadLetter keyed by its coordinates."""
+    letter = DeadLetter(
+        reason=row["error"],
+        stage="contract",
+        source_topic=row["topic"],
+        source_partition=row["partition"],
+        source_offset=row["offset"],
+        key=row["raw_key"],
+        value=row["raw_value"],
+        ts=row["kafka_ts"] if row["kafka_ts"] is not None else 0,
     )
+    return {"kind": "dead_letter", "key": f"{row['topic']}:{row['partition']}:{row['offset']}", "payload": letter.model_dump_json()}
+
+
+def with_dead_letters(func: Callable[[Any, list, Any], Any]) -> Callable[[Any, list, Any], Any]:
+    """A job's batch function that also turns the invalid records' group into dead letters.
+
+    That group never reads or writes state, so invalid input leaves every key's state unchanged.
+    """
+
+    def run(key: Any, rows: list, state: Any) -> Any:
+        if key == INVALID_RECORDS_KEY:
+            return [contract_dead_letter(row) for row in rows]
+        return func(key, rows, state)
+
+    return run
 
 
 def good_rows(validated: DataFrame) -> DataFrame:

@@ -64,6 +64,36 @@ def add_event(state: dict[str, Any], ts: int, event_id: str, event_type: str, am
 
 
 @dataclass
+class Admitted:
+    accepted: int = 0
+    duplicates: int = 0
+    late: int = 0
+
+
+def admit(state: dict[str, Any], events: Iterable[tuple[int, str, str, float | None]], watermark_ms: int | None) -> Admitted:
+    """Add a user's newly arrived events, dropping duplicates and late events.
+
+    De-duplication needs no store of its own: a re-sent event keeps its id and its user, so
+    its original is either still pending in this state (same id: a duplicate) or already
+    settled, i.e. at or below the watermark, which makes the re-sent copy late. Late events
+    are dropped because the events around them are already folded; folding them now would
+    make the outcome depend on how records were cut into micro-batches.
+    """
+    counts = Admitted()
+    pending_ids = {event[1] for event in state["pending"]}
+    for ts, event_id, event_type, amount in events:
+        if watermark_ms is not None and ts <= watermark_ms:
+            counts.late += 1
+        elif event_id in pending_ids:
+            counts.duplicates += 1
+        else:
+            pending_ids.add(event_id)
+            add_event(state, ts, event_id, event_type, amount)
+            counts.accepted += 1
+    return counts
+
+
+@dataclass
 class Outputs:
     alerts: list[Alert]
     closed: list[ClosedSession]

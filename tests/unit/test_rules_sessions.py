@@ -127,3 +127,42 @@ def test_pending_events_show_in_the_snapshot_but_emit_nothing():
     snap = sessions.snapshot("u", state, RULE)
     assert snap.open_session.purchases == 1 and snap.ts == 5000
     assert sessions.next_deadline(state, RULE) == 5000
+
+
+@given(events_strategy, st.integers(min_value=0, max_value=2**32), st.integers(min_value=1, max_value=8))
+@hsettings(max_examples=200, deadline=None)
+def test_admit_drops_re_sent_events_whenever_they_arrive(events, seed, batches):
+    """Copies re-sent at any later point (pending or already settled): same outcome as without them."""
+    lateness = 10 * 60_000
+    final_watermark = max(e[0] for e in events) - lateness
+    whole_state, whole = sessions.fold_all(events, "u", final_watermark, RULE)
+
+    rng = random.Random(seed)
+    arrival = sorted(events, key=lambda e: e[0] + rng.randrange(lateness // 2))
+    for original in rng.sample(events, rng.randint(1, len(events))):
+        arrival.insert(rng.randint(arrival.index(original) + 1, len(arrival)), original)
+    cuts = sorted(rng.sample(range(len(arrival) + 1), min(batches, len(arrival) + 1)))
+    state, alerts, closed, max_ts, dropped = sessions.new_state(), [], [], None, 0
+    for lo, hi in zip([0, *cuts], [*cuts, len(arrival)]):
+        watermark = None if max_ts is None else max_ts - lateness
+        admitted = sessions.admit(state, arrival[lo:hi], watermark)
+        dropped += admitted.duplicates + admitted.late
+        result = sessions.settle(state, "u", watermark, RULE)
+        alerts += result.alerts
+        closed += result.closed
+        batch_max = max((e[0] for e in arrival[lo:hi]), default=None)
+        if batch_max is not None:
+            max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
+    result = sessions.settle(state, "u", final_watermark, RULE)
+
+    assert dropped == len(arrival) - len(events)
+    assert closed + result.closed == whole.closed
+    assert alerts + result.alerts == whole.alerts
+    assert sessions.snapshot("u", state, RULE) == sessions.snapshot("u", whole_state, RULE)
+
+
+def test_admit_counts_late_events_and_keeps_them_out_of_state():
+    state = sessions.new_state()
+    admitted = sessions.admit(state, [(5_000, "a", "click", None), (9_000, "b", "click", None), (9_000, "b", "click", None)], 5_000)
+    assert (admitted.accepted, admitted.duplicates, admitted.late) == (1, 1, 1)
+    assert [e[1] for e in state["pending"]] == ["b"]
