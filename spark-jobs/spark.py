@@ -46,6 +46,10 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    if settings.spark_master.startswith("local"):
+        # Workers are forked on this machine from the project venv, where the daemon module is
+        # installed; a cluster's executors may run an image without it.
+        builder = builder.config("spark.python.daemon.module", "streamstate.spark_daemon")
     for key, value in _executor_conf(settings).items():
         builder = builder.config(key, value)
     for key, value in conf.items():
