@@ -4,7 +4,9 @@ The embedded broker (Tansu) answers ListOffsets with the base offset of a partit
 last record batch, so the records of that batch lie beyond the reported high watermark,
 while Fetch reports the true high watermark. :meth:`PartitionView.ends` therefore takes
 the reported end (cheap) and, for every partition whose reported end moved, fetches
-from it with ``enable.partition.eof``: the end-of-partition event carries the true end.
+from it with ``enable.partition.eof``: the end-of-partition event carries the true end of an
+idle partition; for a partition still being written, the first fetch response's high
+watermark is taken instead of chasing the producer.
 On a broker that reports correctly the probe just confirms the end (one empty fetch).
 
 The probe lives on the driver because the end offsets decide each micro-batch's range
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 # Must be well below the probe's poll timeout: an empty fetch waits this long before the broker answers.
 PROBE_FETCH_WAIT_MS = 100
+# consume() returns after this long or 10,000 messages: short, so a probe ends with its first answers.
+PROBE_POLL_S = 0.02
 METADATA_TIMEOUT_S = 10.0
 
 
@@ -118,30 +122,38 @@ class PartitionView:
         return earliest, ends
 
     def _probe(self, reported: dict[TopicPartitionKey, int]) -> tuple[Offsets, set[TopicPartitionKey]]:
-        """Fetch from each reported end until the end-of-partition event names the true end.
+        """Fetch from each reported end until the partition's first answer names a true end.
 
-        Returns the ends found and the partitions whose probe timed out (their end is the
-        last offset seen plus one, never beyond what exists)."""
+        The answer is the end-of-partition event (an idle partition: the end is confirmed) or
+        records (a live one: the fetch response's high watermark is the end; chasing records
+        still being produced would only delay the batch). Returns the ends found and the
+        partitions whose end is not confirmed (live or timed out), which are probed again next
+        time instead of being cached; an end is never beyond what exists."""
         consumer = self.consumer
-        # Records seen are evidence too: if the EOF event never comes, end after the last one seen.
         found = dict(reported)
         pending = set(reported)
+        confirmed: set[TopicPartitionKey] = set()
         consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in reported.items()])
         deadline = time.monotonic() + self._probe_timeout_s
         try:
             while pending and time.monotonic() < deadline:
-                for message in consumer.consume(10_000, timeout=PROBE_FETCH_WAIT_MS * 3 / 1000):
+                for message in consumer.consume(10_000, timeout=PROBE_POLL_S):
                     tp = (message.topic(), message.partition())
                     error = message.error()
                     if error is None:
                         found[tp] = max(found[tp], message.offset() + 1)
+                        if tp in pending:
+                            _, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                            found[tp] = max(found[tp], high)
+                            pending.discard(tp)
                     elif error.code() == KafkaError._PARTITION_EOF:
                         found[tp] = max(found[tp], message.offset())
                         pending.discard(tp)
+                        confirmed.add(tp)
                     elif error.code() != KafkaError._NO_OFFSET:
                         raise KafkaSourceError(f"probing the end of {tp[0]}[{tp[1]}] failed: {error.str()}")
         finally:
             consumer.unassign()
         if pending:
             log.warning("end probe timed out for %s; using the last offsets seen", sorted(pending))
-        return found, pending
+        return found, set(reported) - confirmed

@@ -34,6 +34,30 @@ def test_true_end_is_found_beyond_the_reported_high_watermark(bootstrap, new_top
         view.close()
 
 
+def test_end_of_a_partition_being_written_is_never_beyond_its_records(bootstrap, new_topic):
+    """While a producer writes, ends come from the first fetch (no chase) and never pass what
+    exists; once it stops, the end is the true end again."""
+    import threading
+
+    topic = new_topic(partitions=1)
+    delivered: list = []
+    writer = threading.Thread(target=lambda: [delivered.extend(produce(bootstrap, topic, [(None, b"z", 0)] * 200)) for _ in range(25)])
+    view = PartitionView({"bootstrap.servers": bootstrap})
+    try:
+        writer.start()
+        seen = []
+        while writer.is_alive():
+            before = len(delivered)
+            end = view.ends([(topic, 0)])[1][(topic, 0)]
+            assert end <= len(delivered) + 200, "an end beyond the records written (at most one batch in flight)"
+            seen.append(end >= before)
+        writer.join()
+        assert all(seen)
+        assert view.ends([(topic, 0)])[1][(topic, 0)] == max(d.offset for d in delivered) + 1
+    finally:
+        view.close()
+
+
 def test_partition_missing_from_the_start_offsets_is_read_from_its_beginning(bootstrap, new_topic):
     topic = new_topic(partitions=2)
     produce(bootstrap, topic, [(None, b"v", i % 2) for i in range(40)])
