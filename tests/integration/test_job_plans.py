@@ -23,6 +23,17 @@ def test_job_reads_its_topic_once(spark, settings, job):
 
 
 def test_python_workers_import_the_installed_pyspark(spark):
-    """Not pyspark.zip, which every worker would compile from source again (streamstate.spark_daemon)."""
-    files = spark.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("pyspark").__file__).collect()
-    assert all(".zip" not in f and f.endswith(".py") for f in files), files
+    """Not from Spark's zips (compiled from source in every worker), no jar on the path (its
+    directory re-read by every task): streamstate.spark_daemon."""
+
+    def where(_):
+        import sys
+
+        import py4j
+        import pyspark
+
+        return pyspark.__file__, py4j.__file__, [p for p in sys.path if p.endswith((".zip", ".jar")) and "pyspark" in p]
+
+    for pyspark_file, py4j_file, archives in spark.sparkContext.parallelize(range(4), 4).map(where).collect():
+        assert ".zip" not in pyspark_file and ".zip" not in py4j_file
+        assert archives == []
