@@ -21,7 +21,6 @@ Alerts (each at most once per session, id derived from kind, user and event time
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -222,11 +221,21 @@ def _close(state: dict[str, Any], user_id: str, ended_by: str) -> ClosedSession:
     )
 
 
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars): what state is. copy.deepcopy's
+    generality (memo, reducers) made it two thirds of a snapshot's cost."""
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(item) for item in value]
+    return value
+
+
 def snapshot(user_id: str, state: dict[str, Any], rule: SessionRule) -> SessionSnapshot:
     """What the user looks like now: settled state with the pending events folded in provisionally."""
     view = state
     if state["pending"]:
-        view = copy.deepcopy(state)
+        view = _copy_json(state)
         # Folding up to the newest pending event applies every gap and logout among them;
         # the open session it leaves ends at that event, so no inactivity close happens.
         settle(view, user_id, max(e[0] for e in view["pending"]), rule)
