@@ -237,34 +237,42 @@ def run(args: argparse.Namespace) -> dict:
             float(line.rpartition(" ")[2]) for line in sizes.splitlines() if line.startswith('streamstate_api_view_size{view="sessions"}')
         )
         print(f"view rebuilt in {rebuild_s:.1f}s: {view_sessions:,.0f} sessions, API RSS {rss_mb(api.pid)} MB", flush=True)
-        print(f"driving {args.rate:.0f} req/s for {args.duration:.0f}s from a second process ...", flush=True)
-        cpu_before = cpu_seconds(api.pid)
-        driver = subprocess.run(
-            [sys.executable, __file__, "--drive", url, "--rate", str(args.rate), "--duration", str(args.duration),
-             "--sessions", str(args.sessions), "--connections", str(args.connections)],
-            capture_output=True, text=True, check=True, timeout=args.duration * 3 + 60,
-        )
-        load = json.loads(driver.stdout)
-        api_cpu_s = cpu_seconds(api.pid) - cpu_before
-        api_rss = rss_mb(api.pid)
-    all_samples = [v for values in load["samples"].values() for v in values]
+        runs = [drive_once(args, url, api.pid, index) for index in range(getattr(args, "runs", 1))]
     return {
         "benchmark": "snapshot API latency, open-loop fixed rate",
         "view": "published to the embedded broker and rebuilt by the API process from session-state",
         "sessions": int(view_sessions),
         "target_rate_per_s": args.rate,
         "duration_s": args.duration,
+        "rebuild_s": round(rebuild_s, 2),
+        "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
+        **runs[0],
+        "runs": runs,
+    }
+
+
+def drive_once(args: argparse.Namespace, url: str, api_pid: int, index: int) -> dict:
+    """One period of load from a second process against the running API; its latencies and costs."""
+    print(f"driving {args.rate:.0f} req/s for {args.duration:.0f}s from a second process (run {index + 1}) ...", flush=True)
+    cpu_before = cpu_seconds(api_pid)
+    driver = subprocess.run(
+        [sys.executable, __file__, "--drive", url, "--rate", str(args.rate), "--duration", str(args.duration),
+         "--sessions", str(args.sessions), "--connections", str(args.connections), "--seed", str(7 + index)],
+        capture_output=True, text=True, check=True, timeout=args.duration * 3 + 60,
+    )
+    load = json.loads(driver.stdout)
+    api_cpu_s = cpu_seconds(api_pid) - cpu_before
+    all_samples = [v for values in load["samples"].values() for v in values]
+    return {
         "achieved_send_rate_per_s": round(len(all_samples) / load["sent_over_s"], 1) if load["sent_over_s"] else None,
         "statuses": load["statuses"],
         "errors": load["errors"],
         "overall": percentiles(all_samples),
         "by_route": {route: percentiles(values) for route, values in load["samples"].items()},
         "answers_over_100ms_by_second_of_load": load["slow_by_second"],
-        "rebuild_s": round(rebuild_s, 2),
         # CPU the API spent per answer: unlike the latencies, this does not depend on what else runs.
         "api_cpu_ms_per_request": round(api_cpu_s * 1000 / max(len(all_samples), 1), 3),
-        "api_rss_mb": api_rss,
-        "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
+        "api_rss_mb": rss_mb(api_pid),
         # Other work on the machine moves the tail: keep the load it had next to the numbers.
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
@@ -276,11 +284,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="requests per second")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load generator")
+    parser.add_argument("--runs", type=int, default=1, help="periods of load against the same API (one view rebuild)")
+    parser.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--drive", metavar="URL", help=argparse.SUPPRESS)  # internal: the load-generator process
     args = parser.parse_args()
     if args.drive:
-        result = asyncio.run(drive(args.drive, args.rate, args.duration, args.sessions, args.connections, seed=7))
+        result = asyncio.run(drive(args.drive, args.rate, args.duration, args.sessions, args.connections, seed=args.seed))
         print(json.dumps(result))
         return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -114,8 +114,9 @@ def markdown(doc: dict[str, Any]) -> str:
     when = f"between {stamps[0]} and {stamps[-1]} (a partial `--only` run replaces its figures)" if stamps else doc["date"]
     lines = [
         f"Measured {when} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {m['java']}.",
-        f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}: "
-        "other engineers' Spark runs share the machine, so every figure is noisy.",
+        f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}"
+        + (": other work shared the machine, so every figure is noisy." if m["load_average_at_start"][0] > m["cores"] else "."),
+        f"The whole `make bench` run took {s['bench_wall_s'] / 60:.1f} min." if "bench_wall_s" in s else "",
         f"Broker: {s['broker']}. Spark: {s['spark_master']}, {s['shuffle_partitions']} shuffle partitions, "
         f"{s['state_store']} state store, {s['kafka_source']}; throughput runs: {s['throughput_trigger']}. "
         f"Input topics: {s['input_partitions']} partitions. Median of {s['runs_per_figure']} runs per figure; seed {s['seed']}.",
