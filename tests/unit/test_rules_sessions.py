@@ -37,6 +37,26 @@ events_strategy = st.lists(
 ).map(lambda xs: [(ts, f"e{i}", t, a) for i, (ts, t, a) in enumerate(xs)])
 
 
+def replay_in_batches(arrival, rng, batches, lateness, final_watermark):
+    """Feed ``arrival`` cut into up to ``batches`` random micro-batches as the job does (admit,
+    then settle up to the watermark of the batches before), then settle up to the final
+    watermark: (state, alerts, closed sessions, events dropped as duplicate or late)."""
+    cuts = sorted(rng.sample(range(len(arrival) + 1), min(batches, len(arrival) + 1)))
+    state, alerts, closed, max_ts, dropped = sessions.new_state(), [], [], None, 0
+    for lo, hi in zip([0, *cuts], [*cuts, len(arrival)]):
+        watermark = None if max_ts is None else max_ts - lateness
+        admitted = sessions.admit(state, arrival[lo:hi], watermark)
+        dropped += admitted.duplicates + admitted.late
+        result = sessions.settle(state, "u", watermark, RULE)
+        alerts += result.alerts
+        closed += result.closed
+        batch_max = max((e[0] for e in arrival[lo:hi]), default=None)
+        if batch_max is not None:
+            max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
+    result = sessions.settle(state, "u", final_watermark, RULE)
+    return state, alerts + result.alerts, closed + result.closed, dropped
+
+
 @given(events_strategy)
 @hsettings(max_examples=200, deadline=None)
 def test_closed_sessions_match_the_naive_rule(events):
@@ -62,23 +82,9 @@ def test_outcome_does_not_depend_on_micro_batching(events, seed, batches):
     rng = random.Random(seed)
     # Arrival order: event-time order, perturbed by less than the lateness bound.
     arrival = sorted(events, key=lambda e: e[0] + rng.randrange(lateness // 2))
-    cuts = sorted(rng.sample(range(len(arrival) + 1), min(batches, len(arrival) + 1)))
-    state, alerts, closed, max_ts = sessions.new_state(), [], [], None
-    for lo, hi in zip([0, *cuts], [*cuts, len(arrival)]):
-        watermark = None if max_ts is None else max_ts - lateness
-        for ts, eid, etype, amount in arrival[lo:hi]:
-            assert watermark is None or ts > watermark, "scenario must not contain late-dropped events"
-            sessions.add_event(state, ts, eid, etype, amount)
-        result = sessions.settle(state, "u", watermark, RULE)
-        alerts += result.alerts
-        closed += result.closed
-        batch_max = max((e[0] for e in arrival[lo:hi]), default=None)
-        if batch_max is not None:
-            max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
-    result = sessions.settle(state, "u", final_watermark, RULE)
-    alerts += result.alerts
-    closed += result.closed
+    state, alerts, closed, dropped = replay_in_batches(arrival, rng, batches, lateness, final_watermark)
 
+    assert dropped == 0, "scenario must not contain late-dropped events"
     assert closed == whole.closed
     assert alerts == whole.alerts
     assert sessions.snapshot("u", state, RULE) == sessions.snapshot("u", whole_state, RULE)
@@ -141,23 +147,11 @@ def test_admit_drops_re_sent_events_whenever_they_arrive(events, seed, batches):
     arrival = sorted(events, key=lambda e: e[0] + rng.randrange(lateness // 2))
     for original in rng.sample(events, rng.randint(1, len(events))):
         arrival.insert(rng.randint(arrival.index(original) + 1, len(arrival)), original)
-    cuts = sorted(rng.sample(range(len(arrival) + 1), min(batches, len(arrival) + 1)))
-    state, alerts, closed, max_ts, dropped = sessions.new_state(), [], [], None, 0
-    for lo, hi in zip([0, *cuts], [*cuts, len(arrival)]):
-        watermark = None if max_ts is None else max_ts - lateness
-        admitted = sessions.admit(state, arrival[lo:hi], watermark)
-        dropped += admitted.duplicates + admitted.late
-        result = sessions.settle(state, "u", watermark, RULE)
-        alerts += result.alerts
-        closed += result.closed
-        batch_max = max((e[0] for e in arrival[lo:hi]), default=None)
-        if batch_max is not None:
-            max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
-    result = sessions.settle(state, "u", final_watermark, RULE)
+    state, alerts, closed, dropped = replay_in_batches(arrival, rng, batches, lateness, final_watermark)
 
     assert dropped == len(arrival) - len(events)
-    assert closed + result.closed == whole.closed
-    assert alerts + result.alerts == whole.alerts
+    assert closed == whole.closed
+    assert alerts == whole.alerts
     assert sessions.snapshot("u", state, RULE) == sessions.snapshot("u", whole_state, RULE)
 
 
