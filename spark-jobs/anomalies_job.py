@@ -16,7 +16,6 @@ from functools import partial
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from streamstate.contracts import Metric
 from streamstate.jobs.kafka import read_kafka
@@ -24,8 +23,8 @@ from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.reference import anomaly_rule
 from streamstate.jobs.runner import main_for
-from streamstate.jobs.state import State, StateSpec, map_with_state
-from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, keyed_with_invalid, validate, with_dead_letters
+from streamstate.jobs.state import State, StateSpec
+from streamstate.jobs.validation import map_validated, validate
 from streamstate.settings import Settings
 
 DESCRIPTION = "Anomalies job: rolling-window z-score alerts and running statistics per metric series."
@@ -50,22 +49,19 @@ def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_kafka(spark, settings, subscribe=settings.topic_metrics, startingOffsets="earliest")
-    points = (
-        keyed_with_invalid(validate(raw, Metric), "series_id")
-        .withColumn("event_time", F.timestamp_millis("ts"))
-        .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
-    )
     rule = anomaly_rule(settings)
     spec = (
-        StateSpec.batch_function(with_dead_letters(partial(on_series, rule)))
+        StateSpec.batch_function(partial(on_series, rule))
         .event_time("ts")
         .timeout(settings.series_idle_timeout_ms)
         .snapshots(partial(series_snapshot, rule))
     )
-    result = map_with_state(
-        points.select("series_id", "ts", "value", "topic", "partition", "offset", *DEAD_LETTER_COLUMNS),
+    result = map_validated(
+        validate(raw, Metric),
         key="series_id",
+        columns=("series_id", "ts", "value", "topic", "partition", "offset"),
         spec=spec,
+        watermark_delay_ms=settings.watermark_delay_ms,
     )
     return state_rows(result, "metric_state")
 

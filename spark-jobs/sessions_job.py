@@ -24,8 +24,8 @@ from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.reference import session_rule
 from streamstate.jobs.runner import main_for
-from streamstate.jobs.state import State, StateSpec, map_with_state
-from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, good_rows, keyed_with_invalid, validate, with_dead_letters
+from streamstate.jobs.state import State, StateSpec
+from streamstate.jobs.validation import good_rows, map_validated, validate
 from streamstate.settings import Settings
 
 DESCRIPTION = "Sessions job: per-user sessions, behaviour and alerts from the user-events topic."
@@ -57,21 +57,14 @@ def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str |
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
-    events = (
-        keyed_with_invalid(validate(raw, UserEvent), "user_id")
-        .withColumn("event_time", F.timestamp_millis("ts"))
-        .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
-    )
     rule = session_rule(settings)
-    spec = (
-        StateSpec.batch_function(with_dead_letters(partial(on_user, rule)))
-        .event_time("ts")
-        .snapshots(partial(user_snapshot, rule))
-    )
-    result = map_with_state(
-        events.select("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset", *DEAD_LETTER_COLUMNS),
+    spec = StateSpec.batch_function(partial(on_user, rule)).event_time("ts").snapshots(partial(user_snapshot, rule))
+    result = map_validated(
+        validate(raw, UserEvent),
         key="user_id",
+        columns=("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset"),
         spec=spec,
+        watermark_delay_ms=settings.watermark_delay_ms,
     )
     return state_rows(result, "session_state")
 

@@ -9,7 +9,8 @@ the precise reason, ready for the dead-letter topic.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -27,6 +28,7 @@ from streamstate.contracts import (
     parse_input,
     spark_schema,
 )
+from streamstate.jobs.state import StateResult, StateSpec, map_with_state
 
 SOURCE_COLUMNS = [
     T.StructField("topic", T.StringType()),
@@ -122,6 +124,24 @@ def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
         ts=row["kafka_ts"] if row["kafka_ts"] is not None else 0,
     )
     return {"kind": "dead_letter", "key": f"{row['topic']}:{row['partition']}:{row['offset']}", "payload": letter.model_dump_json()}
+
+
+def map_validated(validated: DataFrame, key: str, columns: Sequence[str], spec: StateSpec, watermark_delay_ms: int) -> StateResult:
+    """``map_with_state`` over every row of :func:`validate`, in one pass of the source.
+
+    Valid rows reach ``spec``'s batch function by ``key`` with ``columns``, under an event-time
+    watermark on ``ts``; invalid rows come out of the same operator as contract dead letters.
+    """
+    if spec.per_record:
+        raise ValueError("map_validated needs a StateSpec.batch_function")
+    rows = (
+        keyed_with_invalid(validated, key)
+        .withColumn("event_time", F.timestamp_millis("ts"))
+        .withWatermark("event_time", f"{watermark_delay_ms} milliseconds")
+    )
+    return map_with_state(
+        rows.select(*columns, *DEAD_LETTER_COLUMNS), key=key, spec=replace(spec, func=with_dead_letters(spec.func))
+    )
 
 
 def with_dead_letters(func: Callable[[Any, list, Any], Any]) -> Callable[[Any, list, Any], Any]:
