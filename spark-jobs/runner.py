@@ -155,7 +155,6 @@ def run_job(
                     attempt, settings.bootstrap_servers, checkpoint,
                 )
                 return 1
-            log.warning("restarting from the checkpoint in %.0fs (restart %d of %d)", delay, attempt + 1, settings.job_max_restarts)
             if stop_requested.wait(delay):
                 break
     except StatePartitionsChanged as exc:
