@@ -12,8 +12,8 @@
 4. prints rows/s of both (rows / the batch's ``triggerExecution``, SparkSession start-up
    excluded) and writes them as JSON with the machine's cores and load average.
 
-The default is 300,000 events, not 1,000,000: on this 2-core machine a run of the sessions
-job does roughly 5-10k events/s, and both modes plus start-up must fit a benchmark session.
+The default is 300,000 events, not 1,000,000: both modes, a standalone cluster's start-up
+and two SparkSessions must fit next to ``make bench``'s other figures on 2 cores.
 Nothing is asserted: see docs/cluster.md for how to read the figures.
 """
 
