@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
 EVENT_TYPES = ("login", "page_view", "click", "purchase", "logout")
 EventType = Literal["login", "page_view", "click", "purchase", "logout"]
@@ -27,8 +27,23 @@ EpochMillis = Annotated[StrictInt, Field(ge=0, le=MAX_TS)]
 # Ids become Kafka keys and appear in every output about their entity: an id near Kafka's
 # 1 MB record limit would make those outputs unwritable, so ids are capped well below it.
 ID_MAX_CHARS = 1024
-# JSON numbers: an integer literal is a number too; NaN/Infinity are refused.
-Number = Annotated[Union[StrictInt, StrictFloat], Field(allow_inf_nan=False)]
+
+
+def _finite_double(value: int | float) -> int | float:
+    # An integer literal of 400 digits is valid JSON but no double: it would fail later, in
+    # Spark's double column or in a rule's arithmetic, where it cannot be dead-lettered.
+    try:
+        as_double = float(value)
+    except OverflowError:
+        raise ValueError("number out of the range of a double (about ±1.8e308)") from None
+    if not math.isfinite(as_double):
+        raise ValueError("number must be finite")
+    return value
+
+
+# JSON numbers: an integer literal is a number too; NaN/Infinity and integers beyond the range
+# of a double are refused (the float branch refuses NaN/Infinity through the models' config).
+Number = Annotated[Union[StrictInt, StrictFloat], AfterValidator(_finite_double)]
 
 
 class ContractError(ValueError):
@@ -180,17 +195,28 @@ class DeadLetter(_Record):
     """Topic ``dead-letters``: a record that could not be processed, with its coordinates."""
 
     reason: str
-    stage: Literal["contract", "state"] = Field(description="Failed validation, or failed in a state function.")
+    stage: Literal["contract", "clock_skew", "late", "state"] = Field(
+        description="contract: broke its input contract; clock_skew: event time too far ahead of the Kafka timestamp; "
+        "late: at or behind the event-time watermark on arrival; state: refused or failed in the stateful step."
+    )
     source_topic: str
     source_partition: int
     source_offset: int
-    key: str | None = Field(description="UTF-8 text, or 'base64:<...>' for other bytes.")
-    value: str | None = Field(description="UTF-8 text, or 'base64:<...>' for other bytes.")
+    key: str | None = Field(
+        description="The raw key: UTF-8 text, or 'base64:<...>' for other bytes (for a valid record refused later: its entity id)."
+    )
+    value: str | None = Field(
+        description="The raw value: UTF-8 text, or 'base64:<...>' for other bytes (for a valid record refused later: "
+        "the validated record re-encoded; the source coordinates find the original)."
+    )
     ts: int = Field(description="The source record's Kafka timestamp.")
 
 
 # --------------------------------------------------------------------------- validation
 def _describe(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        # Python refuses to print integers over 4,300 digits; no reason needs them whole.
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = json.dumps(value) if not isinstance(value, (bytes, bytearray)) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -209,6 +235,8 @@ def explain(error: ValidationError) -> str:
     where = ".".join(loc)
     if first["type"] == "missing":
         return f"missing required field '{where}'"
+    if first["type"] == "value_error" and "ctx" in first:  # our own validators' messages
+        return f"field '{where}': {first['ctx']['error']}, got {got}"
     return f"field '{where}': {first['msg'][0].lower()}{first['msg'][1:]}, got {got}"
 
 
