@@ -166,6 +166,7 @@ def _run(
         late_to_dead_letter=spec.late_records == "dead_letter",
         ordered_by_offset="offset" in df.columns,
         snapshot=spec.snapshot_fn,
+        output_limit_bytes=spec.output_limit_bytes,
     )
     initial = None
     if spec.initial is not None:

@@ -21,9 +21,12 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 
 from streamstate.jobs.state.state import (
     _MISSING,
-    State,
+    DEAD_LETTER_VALUE_LIMIT,
     StateCodec,
+    StateDriver,
     StateTypeError,
+    checked_size,
+    cut,
     describe_key,
     lenient_json,
     one_line,
@@ -54,6 +57,7 @@ class Plan:
     late_to_dead_letter: bool
     ordered_by_offset: bool
     snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
+    output_limit_bytes: int = 1_000_000
 
 
 def as_outputs(result: Any, per_record: bool) -> list:
@@ -79,68 +83,111 @@ def record_order(plan: Plan):
     return None
 
 
-class KeyRun:
-    """One key's work in one batch: applies the function, keeps what to commit, collects rows."""
+_UNCHANGED = object()
 
-    def __init__(self, plan: Plan, key: Any, text: str | None, deadline: int | None, timer_values: TimerValues):
+
+class KeyRun:
+    """One key's work in one batch, independent of Spark: applies the function, keeps what to
+    commit (state text, timer deadline, snapshot) and collects the result rows.
+
+    Isolation: whatever runs per record or per key (the user function, encoding its outputs
+    and state, the snapshot) is guarded, and a failure dead-letters only the record that
+    caused it, with the key's state as it was before that record. A batch function that
+    raises is re-run one record at a time to find the failing ones; a snapshot that raises
+    makes the key's records replay one at a time with a snapshot after each.
+    """
+
+    def __init__(self, plan: Plan, key: Any, text: str | None, deadline: int | None, watermark_ms: int, processing_time_ms: int):
         self.plan = plan
         self.key = key
         self.key_text = describe_key(key)
+        self.started_with = text
         self.committed = text
         self.deadline = deadline
         self.rows: list[tuple] = []
-        value = _MISSING if text is None else plan.codec.decode(key, text)
-        processing_time = timer_values.getCurrentProcessingTimeInMs()
-        self.state = State(
-            key,
-            value,
-            watermark_ms=timer_values.getCurrentWatermarkInMs(),
-            # Without timers Spark gives no batch time (timeMode None): the wall clock stands in.
-            processing_time_ms=processing_time if processing_time >= 0 else int(time.time() * 1000),
+        self.snapshot: Any = _UNCHANGED  # the snapshot payload to emit, once computed
+        self.driver = StateDriver(
+            key, self._decode(text), watermark_ms=watermark_ms, processing_time_ms=processing_time_ms
         )
 
+    @property
+    def watermark_ms(self) -> int:
+        return self.driver.state.watermark_ms
+
+    def _decode(self, text: str | None) -> Any:
+        return _MISSING if text is None else self.plan.codec.decode(self.key, text)
+
+    # ------------------------------------------------------------------ savepoints
+    def _mark(self) -> tuple:
+        return self.committed, self.deadline, len(self.rows)
+
+    def _rollback(self, mark: tuple) -> None:
+        self.committed, self.deadline, kept = mark
+        del self.rows[kept:]
+        # Re-decoded, not restored: the function may have mutated the value in place.
+        self.driver.reset(self._decode(self.committed))
+
     # ------------------------------------------------------------------ calls
-    def call(self, arg: Any, records: list, timing_out: bool = False) -> bool:
-        """Run the function once; on error dead-letter ``records`` and restore the committed state."""
-        state = self.state
-        state._begin_call(timing_out)
+    def _call(self, arg: Any, timing_out: bool = False) -> Exception | None:
+        """Run the function once; on error leave everything as it was and return the error."""
+        state = self.driver.begin_call(timing_out)
+        limit = self.plan.output_limit_bytes
         try:
-            outputs = [to_json(o) for o in as_outputs(self.plan.func(self.key, arg, state), self.plan.per_record)]
+            result = self.plan.func(self.key, arg, state)
+            outputs = [checked_size(to_json(o), limit, "output") for o in as_outputs(result, self.plan.per_record)]
             text = self.committed
-            if state._touched:
-                text = None if not state.exists() else self._encode(state)
+            if self.driver.touched:
+                text = None if not self.driver.exists else self._encode()
         except StateTypeError:
             raise
         except Exception as error:  # noqa: BLE001 - any user error becomes a dead letter
-            reason = one_line(error)
-            self.rows.extend(self.dead_letter(row, reason) for row in records or [None])
-            state._reset(_MISSING if self.committed is None else self.plan.codec.decode(self.key, self.committed))
-            return False
+            self.driver.reset(self._decode(self.committed))
+            return error
         self.committed = text
         self.rows.extend((OUTPUT, self.key_text, out, None, None, None, None) for out in outputs)
-        return True
+        return None
 
-    def _encode(self, state: State) -> str:
-        text = self.plan.codec.encode(state._value)
+    def _encode(self) -> str:
+        text = self.plan.codec.encode(self.driver.value)
         if self.plan.codec.state_cls is not None:
             # Later calls see the validated value, as the next batch will.
-            state._reset(self.plan.codec.decode(self.key, text))
+            self.driver.reset(self.plan.codec.decode(self.key, text))
         return text
+
+    def _snapshot_error(self) -> Exception | None:
+        """Compute the snapshot of a changed state (guarded); the error, if any."""
+        if self.committed == self.started_with:
+            self.snapshot = _UNCHANGED
+            return None
+        try:
+            self.snapshot = self._snapshot_payload()
+        except StateTypeError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            return error
+        return None
+
+    def _snapshot_payload(self) -> str | None:
+        """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
+        if self.plan.snapshot is None:
+            payload = self.committed
+        else:
+            view = self.plan.snapshot(self.key, None if self.committed is None else self.driver.value)
+            payload = view if view is None or isinstance(view, str) else to_json(view)
+        return None if payload is None else checked_size(payload, self.plan.output_limit_bytes, "snapshot")
 
     def dead_letter(self, row: tuple | None, reason: str) -> tuple:
         if row is None:
             return (DEAD_LETTER, self.key_text, None, reason, None, None, None)
-        return (DEAD_LETTER, self.key_text, lenient_json(plain(row[VALUE])), reason, row[TOPIC], row[PARTITION], row[OFFSET])
+        value = cut(lenient_json(plain(row[VALUE])), DEAD_LETTER_VALUE_LIMIT)
+        return (DEAD_LETTER, self.key_text, value, reason, row[TOPIC], row[PARTITION], row[OFFSET])
 
     def is_late(self, row: tuple) -> bool:
         time = row[TIME]
-        return self.plan.late_to_dead_letter and time is not None and time <= self.state.watermark_ms
+        return self.plan.late_to_dead_letter and time is not None and time <= self.watermark_ms
 
     def late_reason(self, row: tuple) -> str:
-        return (
-            f"late record: event time {row[TIME]} ms is at or behind the watermark "
-            f"{self.state.watermark_ms} ms"
-        )
+        return f"late record: event time {row[TIME]} ms is at or behind the watermark {self.watermark_ms} ms"
 
     # ------------------------------------------------------------------ deadlines
     def touched_deadline(self, times: Iterable[int | None], previous: int | None) -> int | None:
@@ -148,13 +195,38 @@ class KeyRun:
         if self.plan.timeout_ms is None or self.committed is None:
             return None
         if not self.plan.event_time:
-            return self.state.processing_time_ms + self.plan.timeout_ms
+            return self.driver.state.processing_time_ms + self.plan.timeout_ms
         candidates = [t + self.plan.timeout_ms for t in times if t is not None]
         if previous is not None:
             candidates.append(previous)
         return max(candidates, default=None)
 
+    def _deadline_after_call(self, idle_deadline: int | None) -> int | None:
+        return None if self.committed is None else self.driver.timeout_after_call(idle_deadline)
+
     # ------------------------------------------------------------------ per batch
+    def _apply(self, rows: list[tuple], kept_deadline: int | None) -> Exception | None:
+        """One call with ``rows`` (one row per call for a per-record function)."""
+        arg = plain(rows[0][VALUE]) if self.plan.per_record else [plain(row[VALUE]) for row in rows]
+        error = self._call(arg)
+        if error is None:
+            self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME] for row in rows], kept_deadline))
+        return error
+
+    def _kept_deadline(self) -> int | None:
+        return self.deadline if self.committed is not None else None
+
+    def _apply_each(self, rows: list[tuple], with_snapshot: bool) -> None:
+        """Every row on its own; a failing row is dead-lettered and leaves no trace."""
+        for row in rows:
+            mark = self._mark()
+            error = self._apply([row], self._kept_deadline())
+            if error is None and with_snapshot:
+                error = self._snapshot_error()
+            if error is not None:
+                self._rollback(mark)
+                self.rows.append(self.dead_letter(row, one_line(error)))
+
     def apply_rows(self, rows: list[tuple]) -> None:
         order = record_order(self.plan)
         if order is not None:
@@ -169,33 +241,36 @@ class KeyRun:
             rows = on_time
         if not rows:
             return
+        start = self._mark()
         if self.plan.per_record:
-            for row in rows:
-                if self.call(plain(row[VALUE]), [row]):
-                    kept = self.deadline if self.state.exists() else None
-                    self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME]], kept))
-        elif self.call([plain(row[VALUE]) for row in rows], rows):
-            kept = self.deadline if self.committed is not None else None
-            self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME] for row in rows], kept))
+            self._apply_each(rows, with_snapshot=False)
+        elif self._apply(rows, self._kept_deadline()) is not None:
+            self._rollback(start)
+            self._apply_each(rows, with_snapshot=False)
+        if self._snapshot_error() is not None:
+            self._rollback(start)
+            self._apply_each(rows, with_snapshot=True)
 
     def apply_timeout(self) -> None:
-        if self.call(None if self.plan.per_record else [], [], timing_out=True):
-            if not (self.state._touched and self.state.exists()):
+        start = self._mark()
+        error = self._call(None if self.plan.per_record else [], timing_out=True)
+        if error is None:
+            if not (self.driver.touched and self.driver.exists):
                 self.committed = None
             # Kept after a timeout: no timer until new data, unless the call set one.
             self.deadline = self._deadline_after_call(None)
-        else:
+            error = self._snapshot_error()
+        if error is not None:
+            self._rollback(start)
+            self.snapshot = _UNCHANGED
             self.deadline = None
+            self.rows.append(self.dead_letter(None, one_line(error)))
 
-    def _deadline_after_call(self, idle_deadline: int | None) -> int | None:
-        return None if self.committed is None else self.state._explicit_timeout(idle_deadline)
-
-    def snapshot_payload(self) -> str | None:
-        """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
-        if self.plan.snapshot is None:
-            return self.committed
-        view = self.plan.snapshot(self.key, None if self.committed is None else self.state._value)
-        return view if view is None or isinstance(view, str) else to_json(view)
+    def snapshot_row(self) -> tuple | None:
+        """The snapshot row of this batch, when the state changed (a null payload is a tombstone)."""
+        if self.snapshot is _UNCHANGED:
+            return None
+        return (SNAPSHOT, self.key_text, self.snapshot, None, None, None, None)
 
 
 class MappingProcessor(StatefulProcessor):
@@ -216,10 +291,16 @@ class MappingProcessor(StatefulProcessor):
             self.handle.registerTimer(deadline)
         self.store.update((text, deadline))
 
+    def _run(self, key: Any, text: str | None, deadline: int | None, timer_values: TimerValues) -> KeyRun:
+        processing_time = timer_values.getCurrentProcessingTimeInMs()
+        # Without timers Spark gives no batch time (timeMode None): the wall clock stands in.
+        now = processing_time if processing_time >= 0 else int(time.time() * 1000)
+        return KeyRun(self.plan, key[0], text, deadline, timer_values.getCurrentWatermarkInMs(), now)
+
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         stored = self.store.get()
         text, deadline = (None, None) if stored is None else (stored[0], stored[1])
-        run = KeyRun(self.plan, key[0], text, deadline, timerValues)
+        run = self._run(key, text, deadline, timerValues)
         run.apply_rows(list(rows))
         self._commit(run, text, deadline, deadline)
         return (OutputRow(*row) for row in run.rows)
@@ -231,7 +312,7 @@ class MappingProcessor(StatefulProcessor):
         if stored is None or stored[1] != expiredTimerInfo.getExpiryTimeInMs():
             return iter(())  # a timer left from an older deadline
         text, deadline = stored[0], stored[1]
-        run = KeyRun(self.plan, key[0], text, deadline, timerValues)
+        run = self._run(key, text, deadline, timerValues)
         run.apply_timeout()
         # The expired timer itself is deleted by Spark after this call.
         self._commit(run, text, deadline, None)
@@ -241,11 +322,11 @@ class MappingProcessor(StatefulProcessor):
         if run.committed is None:
             if old_text is not None:
                 self.store.clear()
-                run.rows.append((SNAPSHOT, run.key_text, run.snapshot_payload(), None, None, None, None))
         elif run.committed != old_text or run.deadline != old_deadline:
             self.store.update((run.committed, run.deadline))
-            if run.committed != old_text:
-                run.rows.append((SNAPSHOT, run.key_text, run.snapshot_payload(), None, None, None, None))
+        snapshot = run.snapshot_row()
+        if snapshot is not None:
+            run.rows.append(snapshot)
         if run.deadline != old_timer:
             if old_timer is not None:
                 self.handle.deleteTimer(old_timer)

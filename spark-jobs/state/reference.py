@@ -8,8 +8,12 @@ Semantics, per micro-batch (``run_batch``):
 
 1. each key with records is called (per record, in event-time order when the spec has an event
    time, else in input order; or once with all its values for a batch function); an exception
-   dead-letters the record(s) and restores the state from before it (before the batch for a
-   batch function);
+   dead-letters the record and restores the state from before it (a batch function that raises
+   is called again with one record at a time, so only the failing records are dead-lettered);
+   an output or snapshot larger than the spec's ``max_output_bytes`` counts as an exception;
+   the key's snapshot (the spec's snapshot function, else the state's JSON) is taken after its
+   records, and if taking it raises, the records are replayed one at a time with a snapshot
+   after each, dead-lettering those after which it raises;
 2. then every key whose deadline is due (processing time, or the batch's watermark, at or past
    the deadline) is called once with no value while timing out; unless it updates its state
    then, the key is removed;
@@ -29,9 +33,12 @@ from streamstate.jobs.state.api import _state_updater
 from streamstate.jobs.state.spec import StateSpec
 from streamstate.jobs.state.state import (
     _MISSING,
-    State,
+    DEAD_LETTER_VALUE_LIMIT,
     StateCodec,
+    StateDriver,
     StateTypeError,
+    checked_size,
+    cut,
     describe_key,
     lenient_json,
     one_line,
@@ -68,6 +75,7 @@ class ReferenceRun:
     max_event_time: int | None = None
     rows: list[Row] = field(default_factory=list)
     started: bool = False
+    _snapshots: dict[Any, tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.codec = StateCodec(self.spec.state_cls)
@@ -107,10 +115,10 @@ class ReferenceRun:
                 self.deadlines[key] = processing_time_ms + self.spec.timeout_ms
 
     # ------------------------------------------------------------------ one key
-    def _state(self, key: Any, processing_time_ms: int) -> State:
+    def _driver(self, key: Any, processing_time_ms: int) -> StateDriver:
         text = self.store.get(key)
         value = _MISSING if text is None else self.codec.decode(key, text)
-        return State(key, value, watermark_ms=self.watermark_ms, processing_time_ms=processing_time_ms)
+        return StateDriver(key, value, watermark_ms=self.watermark_ms, processing_time_ms=processing_time_ms)
 
     def _is_late(self, record: Record) -> bool:
         return (
@@ -118,6 +126,10 @@ class ReferenceRun:
             and record.time is not None
             and record.time <= self.watermark_ms
         )
+
+    def _dead_letter(self, key: Any, record: Record | None, reason: str) -> Row:
+        value = None if record is None else cut(lenient_json(record.value), DEAD_LETTER_VALUE_LIMIT)
+        return Row("dead_letter", describe_key(key), value, reason)
 
     def _process_key(self, key: Any, records: list[Record], processing_time_ms: int) -> None:
         before = self.store.get(key)
@@ -127,35 +139,91 @@ class ReferenceRun:
                 reason = (
                     f"late record: event time {record.time} ms is at or behind the watermark {self.watermark_ms} ms"
                 )
-                self.rows.append(Row("dead_letter", describe_key(key), lenient_json(record.value), reason))
+                self.rows.append(self._dead_letter(key, record, reason))
             else:
                 on_time.append(record)
-        groups = [[r] for r in on_time] if self.spec.per_record else ([on_time] if on_time else [])
-        for group in groups:
-            arg = group[0].value if self.spec.per_record else [r.value for r in group]
-            if self._call(key, arg, group, processing_time_ms, timing_out=False):
-                self._touch_deadline(key, group, processing_time_ms)
-        after = self.store.get(key)
-        if after != before:
-            self.rows.append(Row("snapshot", describe_key(key), after))
+        if not on_time:
+            return
+        saved = self._save(key)
+        if self.spec.per_record:
+            self._each(key, on_time, processing_time_ms)
+        elif self._call(key, [r.value for r in on_time], on_time, processing_time_ms, timing_out=False) is not None:
+            self._restore(key, saved)
+            self._each(key, on_time, processing_time_ms)
+        if self._snapshot(key, before) is not None:
+            self._restore(key, saved)
+            self._each(key, on_time, processing_time_ms, snapshot_against=(before,))
+        self._emit_snapshot(key, before)
 
-    def _touch_deadline(self, key: Any, group: list[Record], processing_time_ms: int) -> None:
+    def _each(
+        self, key: Any, records: list[Record], processing_time_ms: int, snapshot_against: tuple | None = None
+    ) -> None:
+        """Each record in its own call; with ``snapshot_against=(state before the batch,)`` a
+        snapshot must also succeed after each."""
+        for record in records:
+            saved = self._save(key)
+            arg = record.value if self.spec.per_record else [record.value]
+            error = self._call(key, arg, [record], processing_time_ms, timing_out=False)
+            if error is None and snapshot_against is not None:
+                error = self._snapshot(key, snapshot_against[0])
+            if error is not None:
+                self._restore(key, saved)
+                self.rows.append(self._dead_letter(key, record, one_line(error)))
+
+    def _save(self, key: Any) -> tuple:
+        return self.store.get(key), self.deadlines.get(key), len(self.rows), self._snapshots.get(key, _MISSING)
+
+    def _restore(self, key: Any, saved: tuple) -> None:
+        text, deadline, rows, snapshot = saved
+        for mapping, value in ((self.store, text), (self.deadlines, deadline), (self._snapshots, snapshot)):
+            if value is None or value is _MISSING:
+                mapping.pop(key, None)
+            else:
+                mapping[key] = value
+        del self.rows[rows:]
+
+    def _snapshot(self, key: Any, before: Any) -> Exception | None:
+        """The key's snapshot payload if its state differs from ``before``; the error, if any."""
+        after = self.store.get(key)
+        if after == before:
+            self._snapshots.pop(key, None)
+            return None
+        try:
+            if self.spec.snapshot_fn is None:
+                payload = after
+            else:
+                view = self.spec.snapshot_fn(key, None if after is None else self.codec.decode(key, after))
+                payload = view if view is None or isinstance(view, str) else to_json(view)
+            if payload is not None:
+                checked_size(payload, self.spec.output_limit_bytes, "snapshot")
+        except StateTypeError:
+            raise
+        except Exception as error:  # noqa: BLE001 - becomes a dead letter
+            return error
+        self._snapshots[key] = (payload,)
+        return None
+
+    def _emit_snapshot(self, key: Any, before: Any) -> None:
+        if self.store.get(key) != before and key in self._snapshots:
+            self.rows.append(Row("snapshot", describe_key(key), self._snapshots.pop(key)[0]))
+
+    def _idle_deadline(self, key: Any, group: list[Record], processing_time_ms: int) -> int | None:
+        """A key's deadline after a call with records: last event time (or now) plus the timeout."""
         timeout = self.spec.timeout_ms
-        if timeout is None or key not in self.store:
-            self.deadlines.pop(key, None)
-            return
+        if timeout is None:
+            return None
         if self.spec.event_time_column is None:
-            self.deadlines[key] = processing_time_ms + timeout
-            return
+            return processing_time_ms + timeout
         candidates = [r.time + timeout for r in group if r.time is not None]
         if key in self.deadlines:
             candidates.append(self.deadlines[key])
-        if candidates:
-            self.deadlines[key] = max(candidates)
+        return max(candidates, default=None)
 
-    def _call(self, key: Any, arg: Any, group: list[Record], processing_time_ms: int, timing_out: bool) -> bool:
-        state = self._state(key, processing_time_ms)
-        state._begin_call(timing_out)
+    def _call(
+        self, key: Any, arg: Any, group: list[Record], processing_time_ms: int, timing_out: bool
+    ) -> Exception | None:
+        driver = self._driver(key, processing_time_ms)
+        state = driver.begin_call(timing_out)
         try:
             result = self.spec.func(key, arg, state)
             if result is None:
@@ -164,36 +232,46 @@ class ReferenceRun:
                 outputs = result if isinstance(result, list) else [result]
             else:
                 outputs = list(result)
-            encoded = [to_json(o) for o in outputs]
-            keeps = state.exists() and (state._touched or not timing_out)
+            encoded = [checked_size(to_json(o), self.spec.output_limit_bytes, "output") for o in outputs]
+            keeps = driver.exists and (driver.touched or not timing_out)
             text = None
             if keeps:
-                text = self.codec.encode(state.get()) if state._touched else self.store[key]
+                text = self.codec.encode(driver.value) if driver.touched else self.store[key]
         except StateTypeError:
             raise
         except Exception as error:  # noqa: BLE001 - user errors become dead letters
-            for record in group or [None]:
-                value = None if record is None else lenient_json(record.value)
-                self.rows.append(Row("dead_letter", describe_key(key), value, one_line(error)))
-            return False
+            return error
         self.rows.extend(Row("output", describe_key(key), o) for o in encoded)
+        deadline = None
         if text is None:
             self.store.pop(key, None)
-            self.deadlines.pop(key, None)
         else:
             self.store[key] = text
-        return True
+            # After a timeout the key keeps no timer until new data, unless the call set one.
+            idle = None if timing_out else self._idle_deadline(key, group, processing_time_ms)
+            deadline = driver.timeout_after_call(idle)
+        if deadline is None:
+            self.deadlines.pop(key, None)
+        else:
+            self.deadlines[key] = deadline
+        return None
 
     def _fire_timers(self, processing_time_ms: int) -> None:
         now = self.watermark_ms if self.spec.event_time_column is not None else processing_time_ms
         due = sorted((d, repr(k), k) for k, d in self.deadlines.items() if d <= now)
         for _, _, key in due:
             before = self.store.get(key)
+            saved = self._save(key)
             del self.deadlines[key]
-            self._call(key, None if self.spec.per_record else [], [], processing_time_ms, timing_out=True)
-            after = self.store.get(key)
-            if after != before or after is None:
-                self.rows.append(Row("snapshot", describe_key(key), after))
+            error = self._call(key, None if self.spec.per_record else [], [], processing_time_ms, timing_out=True)
+            if error is None:
+                error = self._snapshot(key, before)
+            if error is not None:
+                self._restore(key, saved)
+                self.deadlines.pop(key, None)  # no timer until new data, as the engine does
+                self.rows.append(self._dead_letter(key, None, one_line(error)))
+                continue
+            self._emit_snapshot(key, before)
 
 
 def run_map_with_state(

@@ -62,6 +62,10 @@ def duration_ms(duration: Duration) -> int:
     return ms
 
 
+# Kafka's default record limit is about 1 MB (message.max.bytes): a larger output or snapshot
+# could never be written, and its batch would fail on every retry.
+DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
+
 # (key, value | None, state) -> output | None | list of outputs
 RecordFunction = Callable[[Any, Any, Any], Any]
 # (key, values, state) -> iterable of outputs
@@ -84,6 +88,7 @@ class StateSpec:
     late_records: LateRecords = "process"
     state_cls: Any = None
     snapshot_fn: Callable[[Any, Any], Any] | None = None
+    output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -143,6 +148,14 @@ class StateSpec:
         if not callable(snapshot):
             raise TypeError(f"StateSpec.snapshots needs a callable, got {type(snapshot).__name__}")
         return replace(self, snapshot_fn=snapshot)
+
+    def max_output_bytes(self, limit: int) -> StateSpec:
+        """Refuse an output or snapshot whose JSON is larger than ``limit`` UTF-8 bytes (default
+        1,000,000, under Kafka's default record limit): the record that produced it is
+        dead-lettered instead of failing the batch on every retry."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"max_output_bytes must be a positive int, got {limit!r}")
+        return replace(self, output_limit_bytes=limit)
 
     def state_type(self, state_cls: Any) -> StateSpec:
         """Keep the state as this type (a pydantic model, dataclass, or any pydantic-validatable type)."""

@@ -22,6 +22,18 @@ class StateUsageError(RuntimeError):
     """The user function used its ``State`` wrongly (get on a missing state, update after remove, ...)."""
 
 
+class OutputTooLarge(ValueError):
+    """An output or snapshot over the spec's ``max_output_bytes``: it could never be written to Kafka."""
+
+
+def checked_size(text: str, limit: int, what: str) -> str:
+    """``text`` unchanged, or :class:`OutputTooLarge` when its UTF-8 form exceeds ``limit`` bytes."""
+    # A character is at most 4 bytes: most texts are decided without encoding them.
+    if len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise OutputTooLarge(f"{what} of {len(text.encode('utf-8', 'surrogatepass'))} bytes exceeds max_output_bytes={limit}")
+    return text
+
+
 def to_json(value: Any) -> str:
     """Compact JSON of an output or state value; NaN/Infinity are refused (they are not JSON)."""
     return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_model_default)
@@ -45,9 +57,9 @@ def describe_key(key: Any) -> str:
 
 
 def one_line(error: BaseException) -> str:
-    """``Type: message`` on one line, for dead-letter reasons."""
+    """``Type: message`` on one line, for dead-letter reasons (cut to :data:`REASON_LIMIT`)."""
     text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return cut(f"{type(error).__name__}: {text}" if text else type(error).__name__, REASON_LIMIT)
 
 
 class StateCodec:
@@ -165,16 +177,61 @@ class State:
             raise StateUsageError(f"a timeout timestamp is epoch milliseconds (int) or None, got {timestamp_ms!r}")
         self._timeout_at = timestamp_ms
 
-    # ----------------------------------------------------------------- driver side
-    def _begin_call(self, timing_out: bool = False) -> None:
-        self._removed = False
-        self._touched = False
-        self._timing_out = timing_out
-        self._timeout_at = _MISSING
 
-    def _explicit_timeout(self, otherwise: int | None) -> int | None:
-        """The timestamp set by the last call, else ``otherwise``."""
-        return otherwise if self._timeout_at is _MISSING else self._timeout_at
+class StateDriver:
+    """The engine's side of one key's :class:`State`: what the Spark processor and the
+    in-memory reference use instead of reaching into ``State`` (users never need it).
 
-    def _reset(self, value: Any) -> None:
-        self._value = value
+    Around every call of the user function the engine begins a call, reads what the call did
+    (touched? removed? a timeout timestamp set?) and, when the call failed, puts the value
+    from before it back.
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, key: Any, value: Any = _MISSING, *, watermark_ms: int = -1, processing_time_ms: int = -1):
+        self.state = State(key, value, watermark_ms=watermark_ms, processing_time_ms=processing_time_ms)
+
+    def begin_call(self, timing_out: bool = False) -> State:
+        """Reset the per-call flags; returns the ``State`` to hand to the user function."""
+        state = self.state
+        state._removed = False
+        state._touched = False
+        state._timing_out = timing_out
+        state._timeout_at = _MISSING
+        return state
+
+    @property
+    def touched(self) -> bool:
+        """The last call updated or removed the state."""
+        return self.state._touched
+
+    @property
+    def exists(self) -> bool:
+        return self.state._value is not _MISSING
+
+    @property
+    def value(self) -> Any:
+        """The current value (``None`` when there is none)."""
+        return None if self.state._value is _MISSING else self.state._value
+
+    def timeout_after_call(self, otherwise: int | None) -> int | None:
+        """The timeout timestamp the last call set (None: cleared), else ``otherwise``."""
+        return otherwise if self.state._timeout_at is _MISSING else self.state._timeout_at
+
+    def reset(self, value: Any = _MISSING) -> None:
+        """Replace the value (no value: the key has no state), e.g. after a failed call."""
+        self.state._value = value
+
+
+# A dead letter carries the failing value and the reason; both are cut so that one hostile
+# record (a 1 MiB string, an exception quoting it) cannot make its dead letter undeliverable.
+DEAD_LETTER_VALUE_LIMIT = 64 * 1024
+REASON_LIMIT = 4 * 1024
+
+
+def cut(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]} ...[truncated: {len(text)} characters, the first {limit} kept]"
