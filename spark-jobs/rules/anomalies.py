@@ -10,17 +10,33 @@ every finite double is an integer multiple of 2**-1074, so the window's sum and 
 squares are kept as Python integers in those units. Adding and evicting a value is two
 integer additions, nothing drifts over millions of updates, and std is exactly 0 when the
 window is constant (a floating running sum would leave a residue and raise false alarms).
+
+Every derived figure comes from those integers without a floating intermediate, so valid
+extremes cannot overflow: the variance of ``[1e200, 0]`` (2.5e399) is no double, but the
+standard deviation is, and it is computed as an integer square root; |value - mean| / std
+is computed as one ratio of integers, and the anomaly test compares squares exactly. The
+only figure that can leave the range of a double is the all-time running ``sum``: a value
+that would push it out is *rejected* (:class:`Rejected`, state untouched) and the job
+dead-letters it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from streamstate.contracts import Alert, LastAnomaly, MetricSnapshot
+from streamstate.settings import Settings
 
 _SCALE_BITS = 1074  # 2**-1074 is the smallest positive double
+# Extra bits carried through integer square roots: the result is rounded to a double once.
+_ROOT_BITS = 64
+
+
+class Rejected(ValueError):
+    """A valid value the rule cannot apply; the series' state is left untouched."""
 
 
 def _units(value: float) -> int:
@@ -34,6 +50,10 @@ class AnomalyRule:
     window: int = 100
     threshold: float = 3.0
     min_count: int = 10
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AnomalyRule:
+        return cls(window=settings.anomaly_window, threshold=settings.anomaly_threshold, min_count=settings.anomaly_min_count)
 
 
 def new_state() -> dict[str, Any]:
@@ -52,22 +72,49 @@ def new_state() -> dict[str, Any]:
     }
 
 
+def _spread(state: dict[str, Any]) -> int:
+    """n^2 * variance of the window, exactly, in units of 2**-2148."""
+    n = len(state["window"])
+    return n * state["s2"] - state["s1"] * state["s1"]
+
+
+def _root(value: int) -> int:
+    """sqrt(value) * 2**_ROOT_BITS, rounded down."""
+    return math.isqrt(value << (2 * _ROOT_BITS))
+
+
 def window_stats(state: dict[str, Any]) -> tuple[float, float]:
-    """(mean, population std) of the window, each correctly rounded from the exact sums."""
+    """(mean, population std) of the window from the exact sums; both are within the range of
+    the window's values, so neither can overflow."""
     n = len(state["window"])
     if n == 0:
         return 0.0, 0.0
-    s1, s2 = state["s1"], state["s2"]
-    mean = s1 / (n << _SCALE_BITS)
-    # n^2 * var = n*s2 - s1^2, exactly, in units of 2**-2148
-    numerator = n * s2 - s1 * s1
-    variance = numerator / ((n * n) << (2 * _SCALE_BITS)) if numerator else 0.0
-    return mean, math.sqrt(variance)
+    mean = state["s1"] / (n << _SCALE_BITS)
+    spread = _spread(state)
+    # std = sqrt(n^2 var) / n, in units of 2**-1074
+    std = _root(spread) / (n << (_SCALE_BITS + _ROOT_BITS)) if spread else 0.0
+    return mean, std
+
+
+def _deviation(state: dict[str, Any], units: int) -> int:
+    """n * |value - mean| in units of 2**-1074, exactly."""
+    return abs(len(state["window"]) * units - state["s1"])
+
+
+def running_sum_overflow_reason(total: float, value: float) -> str:
+    return (
+        f"value {value!r} would take the series' running sum {total!r} out of the range of a double; "
+        "the value was not applied"
+    )
 
 
 def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: AnomalyRule) -> Alert | None:
-    """Fold one value into the series' state (in place); return an anomaly alert or None."""
+    """Fold one value into the series' state (in place); return an anomaly alert or None.
+
+    Raises :class:`Rejected`, with the state untouched, when the value cannot be applied."""
     value = float(value)
+    if not math.isfinite(state["sum"] + value):
+        raise Rejected(running_sum_overflow_reason(state["sum"], value))
     units = _units(value)
     window = state["window"]
     window.append(value)
@@ -89,12 +136,15 @@ def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: 
         state["last_z"] = None
         return None
     mean, std = window_stats(state)
-    if std == 0.0:
-        z = None
-        anomalous = value != mean
+    spread, deviation = _spread(state), _deviation(state, units)
+    if spread == 0:
+        z = None  # a constant window: the value equals the mean
+        anomalous = deviation != 0
     else:
-        z = abs(value - mean) / std
-        anomalous = z > rule.threshold
+        # z = n|value - mean| / sqrt(n^2 var); anomalous when z > threshold, compared squared.
+        z = (deviation << _ROOT_BITS) / _root(spread)
+        threshold = Fraction(rule.threshold)
+        anomalous = deviation * deviation * threshold.denominator**2 > threshold.numerator**2 * spread
     state["last_z"] = z
     if not anomalous:
         return None

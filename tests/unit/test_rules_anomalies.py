@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import decimal
 import math
 import statistics
+from fractions import Fraction
+
+import pytest
 
 from hypothesis import given, settings as hsettings, strategies as st
 
@@ -84,3 +88,70 @@ def test_constant_window_never_alerts_and_any_deviation_does():
     assert alert is not None and alert.details["z"] > RULE.threshold
     snap = anomalies.snapshot("c", state, RULE)
     assert snap.last_anomaly.ts == 30 and snap.window_count == 20 and snap.count == 31
+
+
+# Valid extremes: the largest and smallest doubles, subnormals, signed zeros.
+extreme_values = st.lists(
+    st.one_of(
+        st.sampled_from([1e308, -1e308, 1.7976931348623157e308, 1e200, -1e200, 5e-324, -5e-324, 0.0, -0.0, 1.0]),
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def exact_sqrt(value: Fraction) -> float:
+    """sqrt of a non-negative rational, to 60 significant digits, as the nearest double."""
+    context = decimal.Context(prec=60, Emax=10**6, Emin=-(10**6))
+    return float(context.divide(context.sqrt(decimal.Decimal(value.numerator)), context.sqrt(decimal.Decimal(value.denominator))))
+
+
+def exact_figures(window: list[float], value: float) -> tuple[Fraction, Fraction, Fraction]:
+    """(mean, variance, squared z of value) of the window in exact rational arithmetic."""
+    exact = [Fraction(v) for v in window]
+    mean = sum(exact) / len(exact)
+    variance = sum((v - mean) ** 2 for v in exact) / len(exact)
+    z_squared = (Fraction(value) - mean) ** 2 / variance if variance else Fraction(0)
+    return mean, variance, z_squared
+
+
+@given(extreme_values)
+@hsettings(max_examples=300, deadline=None)
+def test_extreme_values_never_overflow_and_decisions_are_exact(values):
+    state = anomalies.new_state()
+    applied: list[float] = []
+    for i, v in enumerate(values):
+        try:
+            alert = anomalies.observe(state, "x", i, v, RULE)
+        except anomalies.Rejected as rejected:
+            # Only a value that would push the all-time running sum out of range is refused,
+            # and the refusal leaves the state as it was.
+            assert not math.isfinite(state["sum"] + v), rejected
+            assert state["count"] == len(applied)
+            continue
+        applied.append(v)
+        window = applied[-RULE.window :]
+        mean, std = anomalies.window_stats(state)
+        exact_mean, exact_variance, z_squared = exact_figures(window, v)
+        assert mean == float(exact_mean)  # correctly rounded
+        assert math.isfinite(std) and math.isclose(std, exact_sqrt(exact_variance), rel_tol=1e-15, abs_tol=5e-324)
+        expected = len(window) > RULE.min_count and exact_variance > 0 and z_squared > Fraction(RULE.threshold) ** 2
+        assert (alert is not None) == expected
+        if alert is not None:
+            assert all(math.isfinite(x) for x in alert.details.values() if x is not None)
+        anomalies.snapshot("x", state, RULE).model_dump_json()  # every snapshot is writable
+
+
+def test_the_series_from_the_issue_is_exact_and_the_overflowing_sum_is_rejected():
+    state = anomalies.new_state()
+    for i, v in enumerate([1e200, 0.0] * 6):
+        anomalies.observe(state, "big", i, v, RULE)
+    assert anomalies.window_stats(state) == (5e199, 5e199)
+    state = anomalies.new_state()
+    anomalies.observe(state, "huge", 0, 1e308, RULE)
+    with pytest.raises(anomalies.Rejected, match="running sum 1e[+]308 out of the range of a double"):
+        anomalies.observe(state, "huge", 1, 1e308, RULE)
+    assert state["count"] == 1 and state["window"] == [1e308]
+    anomalies.observe(state, "huge", 2, -1e308, RULE)
+    assert state["sum"] == 0.0
