@@ -21,10 +21,10 @@ from streamstate.contracts import Metric
 from streamstate.jobs.kafka import read_kafka
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import anomalies
-from streamstate.jobs.rules.reference import anomaly_rule
+from streamstate.jobs.rules.dead_letters import refused_point
 from streamstate.jobs.runner import main_for
 from streamstate.jobs.state import State, StateSpec
-from streamstate.jobs.validation import map_validated, validate
+from streamstate.jobs.validation import dead_letter_row, map_validated, validate
 from streamstate.settings import Settings
 
 DESCRIPTION = "Anomalies job: rolling-window z-score alerts and running statistics per metric series."
@@ -37,10 +37,16 @@ def on_series(rule: anomalies.AnomalyRule, series_id: str, points: list[dict[str
     current = state.get() if state.exists() else anomalies.new_state()
     points.sort(key=lambda p: (p["partition"], p["offset"]))
     for point in points:
-        alert = anomalies.observe(current, series_id, point["ts"], point["value"], rule)
+        try:
+            alert = anomalies.observe(current, series_id, point["ts"], point["value"], rule)
+        except anomalies.Rejected as rejected:
+            source = (point["topic"], point["partition"], point["offset"], point["kafka_ts"])
+            yield dead_letter_row(refused_point(str(rejected), series_id, point["ts"], point["value"], source))
+            continue
         if alert is not None:
             yield {"kind": "alert", "key": alert.alert_id, "payload": alert.model_dump_json()}
-    state.update(current)
+    if current["count"]:
+        state.update(current)
 
 
 def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> str | None:
@@ -49,7 +55,7 @@ def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_kafka(spark, settings, subscribe=settings.topic_metrics, startingOffsets="earliest")
-    rule = anomaly_rule(settings)
+    rule = anomalies.AnomalyRule.from_settings(settings)
     spec = (
         StateSpec.batch_function(partial(on_series, rule))
         .event_time("ts")
@@ -57,7 +63,7 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
         .snapshots(partial(series_snapshot, rule))
     )
     result = map_validated(
-        validate(raw, Metric),
+        validate(raw, Metric, settings.max_clock_skew_ms),
         key="series_id",
         columns=("series_id", "ts", "value", "topic", "partition", "offset"),
         spec=spec,

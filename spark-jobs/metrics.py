@@ -36,7 +36,7 @@ from typing import Any, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
-from streamstate.contracts import ClosedSession
+from streamstate.contracts import ClosedSession, DeadLetter
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ ALERT_KINDS_BY_JOB: dict[str, tuple[str, ...]] = {
     "anomalies": ("anomaly",),
 }
 SESSION_END_REASONS: tuple[str, ...] = typing.get_args(ClosedSession.model_fields["ended_by"].annotation)
+DEAD_LETTER_STAGES: tuple[str, ...] = typing.get_args(DeadLetter.model_fields["stage"].annotation)
 
 # Micro-batches here take from tens of milliseconds (empty) to minutes (a backlog).
 BATCH_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -67,6 +68,7 @@ class ProgressSample:
     state_rows: int
     state_memory_bytes: int
     watermark_delay_seconds: float | None
+    watermark_ahead_seconds: float | None
     source_lag: dict[str, int] = field(default_factory=dict)
 
 
@@ -130,9 +132,10 @@ def progress_sample(progress: Mapping[str, Any]) -> ProgressSample:
     watermark = _parse_instant(event_time.get("watermark"))
     now = _parse_instant(progress.get("timestamp"))
     # Before the first batch with data the watermark is the epoch: no delay to report yet.
-    delay = None
+    delay = ahead = None
     if watermark is not None and now is not None and watermark > _EPOCH:
-        delay = max(0.0, (now - watermark).total_seconds())
+        ahead = (watermark - now).total_seconds()
+        delay = max(0.0, -ahead)
     return ProgressSample(
         query=progress.get("name") or str(progress.get("id") or "unnamed"),
         batch_id=int(progress.get("batchId") or 0),
@@ -143,6 +146,7 @@ def progress_sample(progress: Mapping[str, Any]) -> ProgressSample:
         state_rows=sum(int(op.get("numRowsTotal") or 0) for op in operators),
         state_memory_bytes=sum(int(op.get("memoryUsedBytes") or 0) for op in operators),
         watermark_delay_seconds=delay,
+        watermark_ahead_seconds=ahead,
         source_lag=source_lag(progress.get("sources") or []),
     )
 
@@ -200,6 +204,10 @@ class JobMetrics:
         self._watermark_delay = per_query(
             Gauge, "streamstate_job_watermark_delay_seconds",
             "Batch time minus the event-time watermark: how far event time trails the clock.")
+        self._watermark_ahead = per_query(
+            Gauge, "streamstate_job_watermark_ahead_seconds",
+            "Event-time watermark minus the batch's wall-clock time, not clamped: normally negative (minus the "
+            "allowed lateness); above zero, records from the future moved event time for every key.")
         self._last_batch = per_query(Gauge, "streamstate_job_last_batch_id", "Id of the last completed micro-batch.")
         self._source_lag = Gauge(
             "streamstate_job_source_lag_records",
@@ -210,16 +218,23 @@ class JobMetrics:
 
         # -- fed by the job's code -------------------------------------------------------
         dead_letters = Counter(
-            "streamstate_job_dead_letters", "Bad input records sent to the dead-letter topic.",
-            ["job"], registry=r)
+            "streamstate_job_dead_letters",
+            "Records sent to the dead-letter topic, by the stage that refused them "
+            "(contract, clock_skew, late, state).",
+            ["job", "stage"], registry=r)
         late_events = Counter(
-            "streamstate_job_late_events", "Valid events dropped as late: at or behind the watermark when they arrived.",
+            "streamstate_job_late_events",
+            "Valid events at or behind the watermark when they arrived (dead-lettered with stage late).",
+            ["job"], registry=r)
+        duplicate_events = Counter(
+            "streamstate_job_duplicate_events", "Events dropped as re-sent copies of an event_id already seen.",
             ["job"], registry=r)
         alerts = Counter("streamstate_job_alerts", "Alerts emitted.", ["job", "kind"], registry=r)
         records_out = Counter(
             "streamstate_job_records_out", "Records written to output topics.", ["job", "topic"], registry=r)
-        self.dead_letters = dead_letters.labels(job=job)
+        self.dead_letters = _JobLabelled(dead_letters, job)
         self.late_events = late_events.labels(job=job)
+        self.duplicate_events = duplicate_events.labels(job=job)
         self.alerts = _JobLabelled(alerts, job)
         self.records_out = _JobLabelled(records_out, job)
         self.sessions_closed = Counter(
@@ -231,6 +246,8 @@ class JobMetrics:
 
         for kind in ALERT_KINDS_BY_JOB.get(job, ()):
             self.alerts.labels(kind=kind)
+        for stage in DEAD_LETTER_STAGES:
+            self.dead_letters.labels(stage=stage)
         if job == "sessions":
             for reason in SESSION_END_REASONS:
                 self.sessions_closed.labels(ended_by=reason)
@@ -256,6 +273,8 @@ class JobMetrics:
         self._last_batch.labels(**labels).set(sample.batch_id)
         if sample.watermark_delay_seconds is not None:
             self._watermark_delay.labels(**labels).set(sample.watermark_delay_seconds)
+        if sample.watermark_ahead_seconds is not None:
+            self._watermark_ahead.labels(**labels).set(sample.watermark_ahead_seconds)
         for topic, lag in sample.source_lag.items():
             self._source_lag.labels(job=self.job, topic=topic).set(lag)
 

@@ -55,6 +55,7 @@ def batch_router(settings: Settings, metrics=None, on_batch: Callable[[int, dict
                     "kind",
                     F.get_json_object("payload", "$.kind").alias("alert_kind"),
                     F.get_json_object("payload", "$.ended_by").alias("ended_by"),
+                    F.when(F.col("kind") == "dead_letter", F.get_json_object("payload", "$.stage")).alias("stage"),
                     F.when(F.col("kind") == COUNT_KIND, F.col("key")).alias("counter"),
                 )
                 .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == COUNT_KIND, F.col("payload").cast("long"))).alias("total"))
@@ -98,10 +99,12 @@ def metrics_update(metrics, settings: Settings, summary) -> int:
                 open_delta += row["total"] or 0
             elif row["counter"] == "late_events":
                 metrics.late_events.inc(row["total"] or 0)
+            elif row["counter"] == "duplicate_events":
+                metrics.duplicate_events.inc(row["total"] or 0)
             continue
         metrics.records_out.labels(topic=topic_for(kind, settings)).inc(n)
         if kind == "dead_letter":
-            metrics.dead_letters.inc(n)
+            metrics.dead_letters.labels(stage=row["stage"] or "state").inc(n)
         elif kind == "alert" and row["alert_kind"]:
             metrics.alerts.labels(kind=row["alert_kind"]).inc(n)
         elif kind == "session" and row["ended_by"]:

@@ -4,10 +4,10 @@
 
 One streaming query: Kafka source -> contract validation -> event-time watermark ->
 ``map_with_state`` per user running :mod:`streamstate.jobs.rules.sessions` (which also
-drops duplicate and late events) -> routed to the output topics by ``foreachBatch``. Bad
-records pass the same operator under a reserved key and come out as dead letters, so the
-topic is read and validated once per batch. The rule itself lives in the rules module;
-this file is only the wiring.
+drops duplicates and refuses late or overflowing events, dead-lettered here) -> routed to
+the output topics by ``foreachBatch``. Bad records pass the same operator under a reserved
+key and come out as dead letters, so the topic is read and validated once per batch. The
+rule itself lives in the rules module; this file is only the wiring.
 """
 
 from __future__ import annotations
@@ -22,33 +22,52 @@ from streamstate.contracts import UserEvent
 from streamstate.jobs.kafka import read_kafka
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import sessions
-from streamstate.jobs.rules.reference import session_rule
+from streamstate.jobs.rules.dead_letters import refused_event
 from streamstate.jobs.runner import main_for
 from streamstate.jobs.state import State, StateSpec
-from streamstate.jobs.validation import good_rows, map_validated, validate
+from streamstate.jobs.validation import dead_letter_row, good_rows, map_validated, validate
 from streamstate.settings import Settings
 
 DESCRIPTION = "Sessions job: per-user sessions, behaviour and alerts from the user-events topic."
+
+
+def _arrivals(events: list[dict[str, Any]]):
+    # Arrival (offset) order, so that the first of two copies of an event wins.
+    for e in sorted(events, key=lambda e: (e["partition"], e["offset"])):
+        yield e["ts"], e["event_id"], e["type"], e["amount"], (e["topic"], e["partition"], e["offset"], e["kafka_ts"])
+
+
+def _count(counter: str, n: int) -> dict[str, str]:
+    return {"kind": "count", "key": counter, "payload": str(n)}
 
 
 def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any]], state: State):
     """Batch function: hold the user's new events, settle what the watermark allows."""
     watermark = state.watermark_ms if state.watermark_ms >= 0 else None
     current = state.get() if state.exists() else sessions.new_state()
-    admitted = sessions.admit(current, ((e["ts"], e["event_id"], e["type"], e["amount"]) for e in events), watermark)
+    admitted = sessions.admit(current, _arrivals(events), watermark)
+    for late in admitted.late:
+        yield dead_letter_row(refused_event(late.stage, late.reason, user_id, late.event))
     if admitted.late:
-        yield {"kind": "count", "key": "late_events", "payload": str(admitted.late)}
+        yield _count("late_events", len(admitted.late))
+    if admitted.duplicates:
+        yield _count("duplicate_events", admitted.duplicates)
     if not state.exists() and not admitted.accepted:
-        return  # nothing but late events from a user we hold nothing for
+        return  # nothing but late events or duplicates from a user we hold nothing for
     result = sessions.settle(current, user_id, watermark, rule)
-    state.update(current)
-    state.set_timeout_timestamp(sessions.next_deadline(current, rule))
+    for rejected in result.rejected:
+        yield dead_letter_row(refused_event(rejected.stage, rejected.reason, user_id, rejected.event))
+    if sessions.expired(current, watermark, rule):
+        state.remove()  # idle past the TTL: a tombstone on session-state
+    else:
+        state.update(current)
+        state.set_timeout_timestamp(sessions.next_deadline(current, rule))
     for alert in result.alerts:
         yield {"kind": "alert", "key": alert.alert_id, "payload": alert.model_dump_json()}
     for closed in result.closed:
         yield {"kind": "session", "key": user_id, "payload": closed.model_dump_json()}
     if result.opened:
-        yield {"kind": "count", "key": "sessions_opened", "payload": str(result.opened)}
+        yield _count("sessions_opened", result.opened)
 
 
 def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str | None:
@@ -57,10 +76,10 @@ def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str |
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
-    rule = session_rule(settings)
+    rule = sessions.SessionRule.from_settings(settings)
     spec = StateSpec.batch_function(partial(on_user, rule)).event_time("ts").snapshots(partial(user_snapshot, rule))
     result = map_validated(
-        validate(raw, UserEvent),
+        validate(raw, UserEvent, settings.max_clock_skew_ms),
         key="user_id",
         columns=("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset"),
         spec=spec,
@@ -74,7 +93,7 @@ def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     as (kind, key, payload) rows in update mode: each batch re-emits the windows it changed."""
     raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
     counts = (
-        good_rows(validate(raw, UserEvent))
+        good_rows(validate(raw, UserEvent, settings.max_clock_skew_ms))
         .withColumn("event_time", F.timestamp_millis("ts"))
         .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
         .groupBy(F.window("event_time", settings.event_count_window, settings.event_count_slide), "type")

@@ -2,9 +2,12 @@
 
 Every record is checked by the same pydantic contract the producers and the API use
 (:func:`streamstate.contracts.parse_input`), so a record is good or bad for the same
-reason everywhere. Good records come out as typed columns (the Spark schema derived from
-the contract); bad ones keep their source coordinates, raw bytes (as text or base64) and
-the precise reason, ready for the dead-letter topic.
+reason everywhere, and then by the clock-skew rule (:mod:`streamstate.jobs.rules.event_time`)
+against its Kafka timestamp, so that no single record can move the event-time watermark.
+Good records come out as typed columns (the Spark schema derived from the contract); bad
+ones keep their source coordinates, raw bytes (as text or base64), the precise reason and
+the stage that refused them, ready for the dead-letter topic. Refused records carry no
+event time, so they never reach the watermark.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from streamstate.contracts import (
     parse_input,
     spark_schema,
 )
+from streamstate.jobs.rules.dead_letters import coordinates_key
+from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
 from streamstate.jobs.state import StateResult, StateSpec, map_with_state
 
 SOURCE_COLUMNS = [
@@ -38,6 +43,7 @@ SOURCE_COLUMNS = [
 ]
 ERROR_COLUMNS = [
     T.StructField("error", T.StringType()),
+    T.StructField("error_stage", T.StringType()),
     T.StructField("raw_key", T.StringType()),
     T.StructField("raw_value", T.StringType()),
 ]
@@ -50,7 +56,7 @@ def validated_schema(model: type[UserEvent] | type[Metric]) -> T.StructType:
     return T.StructType(fields + SOURCE_COLUMNS + ERROR_COLUMNS)
 
 
-def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType):
+def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType, max_clock_skew_ms: int):
     names = [f.name for f in spark_schema(model).fields]
     arrow_schema = to_arrow_schema(schema)
 
@@ -64,19 +70,24 @@ def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType):
             columns["partition"] = batch.column("partition").to_pylist()
             columns["offset"] = batch.column("offset").to_pylist()
             columns["kafka_ts"] = [None if t is None else t // 1000 for t in timestamps]
-            for key, value in zip(keys, values):
+            for key, value, kafka_ts in zip(keys, values, columns["kafka_ts"]):
                 try:
                     record = parse_input(model, key, value)
+                    stage, reason = CLOCK_SKEW, clock_skew_reason(record.ts, kafka_ts, max_clock_skew_ms)
                 except ContractError as exc:
+                    stage, reason = "contract", exc.reason
+                if reason is not None:
                     for name in names:
                         columns[name].append(None)
-                    columns["error"].append(exc.reason)
+                    columns["error"].append(reason)
+                    columns["error_stage"].append(stage)
                     columns["raw_key"].append(dead_letter_text(key))
                     columns["raw_value"].append(dead_letter_text(value))
                     continue
                 for name in names:
                     columns[name].append(getattr(record, name))
                 columns["error"].append(None)
+                columns["error_stage"].append(None)
                 columns["raw_key"].append(None)
                 columns["raw_value"].append(None)
             # pa.array casts ints to float64 where the contract says number.
@@ -88,11 +99,11 @@ def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType):
     return validate
 
 
-def validate(raw: DataFrame, model: type[UserEvent] | type[Metric]) -> DataFrame:
+def validate(raw: DataFrame, model: type[UserEvent] | type[Metric], max_clock_skew_ms: int) -> DataFrame:
     """Kafka-schema rows -> contract columns + source coordinates + error (null when valid)."""
     schema = validated_schema(model)
     return raw.select("key", "value", "topic", "partition", "offset", "timestamp").mapInArrow(
-        _validator(model, schema), schema
+        _validator(model, schema, max_clock_skew_ms), schema
     )
 
 
@@ -101,7 +112,7 @@ def validate(raw: DataFrame, model: type[UserEvent] | type[Metric]) -> DataFrame
 # one made Spark scan and validate the topic twice per batch.
 INVALID_RECORDS_KEY = "invalid-records:" + "#" * ID_MAX_CHARS
 # What an invalid record's dead letter is built from, besides the source coordinates.
-DEAD_LETTER_COLUMNS = ("kafka_ts", "error", "raw_key", "raw_value")
+DEAD_LETTER_COLUMNS = ("kafka_ts", "error", "error_stage", "raw_key", "raw_value")
 
 
 def keyed_with_invalid(validated: DataFrame, key: str) -> DataFrame:
@@ -115,7 +126,7 @@ def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
     """An invalid record as a (kind, key, payload) output row: a DeadLetter keyed by its coordinates."""
     letter = DeadLetter(
         reason=row["error"],
-        stage="contract",
+        stage=row["error_stage"],
         source_topic=row["topic"],
         source_partition=row["partition"],
         source_offset=row["offset"],
@@ -123,7 +134,12 @@ def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
         value=row["raw_value"],
         ts=row["kafka_ts"] if row["kafka_ts"] is not None else 0,
     )
-    return {"kind": "dead_letter", "key": f"{row['topic']}:{row['partition']}:{row['offset']}", "payload": letter.model_dump_json()}
+    return dead_letter_row(letter)
+
+
+def dead_letter_row(letter: DeadLetter) -> dict[str, str]:
+    """A dead letter as a job's (kind, key, payload) output row, keyed by its source coordinates."""
+    return {"kind": "dead_letter", "key": coordinates_key(letter), "payload": letter.model_dump_json()}
 
 
 def map_validated(validated: DataFrame, key: str, columns: Sequence[str], spec: StateSpec, watermark_delay_ms: int) -> StateResult:
@@ -159,4 +175,4 @@ def with_dead_letters(func: Callable[[Any, list, Any], Any]) -> Callable[[Any, l
 
 
 def good_rows(validated: DataFrame) -> DataFrame:
-    return validated.filter(F.col("error").isNull()).drop("error", "raw_key", "raw_value")
+    return validated.filter(F.col("error").isNull()).drop("error", "error_stage", "raw_key", "raw_value")

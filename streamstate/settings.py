@@ -73,10 +73,34 @@ class Settings(BaseSettings):
         None, ge=1, description="spark.cores.max: total cores a job takes from a standalone cluster (all: unset)."
     )
 
-    # --- Sessions job ----------------------------------------------------------
-    session_gap_ms: int = Field(30 * 60 * 1000, ge=1, description="Inactivity gap closing a session.")
+    on_source_reset: Literal["stop", "start-over"] = Field(
+        "stop",
+        description="When an input topic was recreated, emptied or truncated under a checkpoint: 'stop' the job "
+        "(exit 2) with what happened, or 'start-over': move the checkpoint aside and read the topic from its beginning.",
+    )
+
+    # --- Event time (both jobs) ---------------------------------------------------
     watermark_delay_ms: int = Field(
         5 * 60 * 1000, ge=0, description="Allowed lateness of events (event-time watermark delay)."
+    )
+    max_clock_skew_ms: int = Field(
+        60 * 1000,
+        ge=0,
+        description="A record whose event time is further ahead of its Kafka timestamp than this is dead-lettered "
+        "and never moves the watermark. Keep it below watermark_delay_ms.",
+    )
+
+    # --- Sessions job ----------------------------------------------------------
+    session_gap_ms: int = Field(30 * 60 * 1000, ge=1, description="Inactivity gap closing a session.")
+    dedupe_retention_ms: int = Field(
+        24 * 60 * 60 * 1000,
+        ge=1,
+        description="An event_id seen for a user is a duplicate for this long (event time) after its event.",
+    )
+    session_state_ttl_ms: int = Field(
+        30 * 24 * 60 * 60 * 1000,
+        ge=1,
+        description="A user idle this long (event time, nothing open or pending) is removed from state (tombstone).",
     )
     burst_page_views: int = Field(
         50, ge=1, description="Page views within burst_window_ms that raise a bot_burst alert."

@@ -13,6 +13,20 @@ only on the set of events and the final watermark, never on how they were split 
 micro-batches, which is what makes the job replayable and checkable against a
 plain-Python reference.
 
+Input rules, each decided per event and independent of batching:
+- De-duplication: an event whose ``event_id`` this user already had within
+  ``dedupe_retention_ms`` of event time (the original's event time plus the retention is
+  still ahead of the watermark) is a duplicate, whatever its ``ts``: it is dropped and
+  counted. Ids are remembered as 64-bit hashes, so a hostile id costs 16 bytes of state.
+- Lateness: an event at or behind the watermark when it arrives (and not a duplicate) is
+  *rejected*: the events around it are already folded, so folding it now would make the
+  outcome depend on batch cuts. The job dead-letters it with the watermark in the reason.
+- Overflow: a purchase whose amount would make the session's ``purchase_total`` leave the
+  range of a double is rejected when it is folded (the rest of the session goes on).
+- Idle expiry: once nothing is pending, no session is open and the watermark has passed
+  the user's latest event by ``idle_ttl_ms``, the user's state can be removed
+  (:func:`expired`; the job then publishes a tombstone), bounding state by activity.
+
 Alerts (each at most once per session, id derived from kind, user and event time):
 - ``bot_burst``: ``burst_page_views`` page views within ``burst_window_ms`` (bot-like).
 - ``purchase_without_view``: a purchase in a session with no page view before it.
@@ -21,8 +35,10 @@ Alerts (each at most once per session, id derived from kind, user and event time
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
 
 from streamstate.contracts import (
     ActivitySpan,
@@ -32,6 +48,7 @@ from streamstate.contracts import (
     OpenSession,
     SessionSnapshot,
 )
+from streamstate.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -40,9 +57,27 @@ class SessionRule:
     burst_page_views: int = 50
     burst_window_ms: int = 60 * 1000
     long_session_ms: int = 4 * 60 * 60 * 1000
+    dedupe_retention_ms: int = 24 * 60 * 60 * 1000
+    idle_ttl_ms: int = 30 * 24 * 60 * 60 * 1000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionRule:
+        return cls(
+            gap_ms=settings.session_gap_ms,
+            burst_page_views=settings.burst_page_views,
+            burst_window_ms=settings.burst_window_ms,
+            long_session_ms=settings.long_session_ms,
+            dedupe_retention_ms=settings.dedupe_retention_ms,
+            idle_ttl_ms=settings.session_state_ttl_ms,
+        )
 
 
-# An event as held in state: [ts, event_id, type, amount]
+# Where an event came from: [topic, partition, offset, Kafka timestamp ms]; kept with a pending
+# event so that a rejection at fold time can still name the record.
+Source = Sequence[Any]
+# An arriving event: (ts, event_id, type, amount) or (ts, event_id, type, amount, source).
+Event = tuple
+# An event as held in state: [ts, event_id, type, amount, source | None]
 PendingEvent = list
 
 
@@ -53,43 +88,65 @@ def new_state() -> dict[str, Any]:
         "behaviour": {"total_sessions": 0, "total_page_views": 0, "total_events": 0, "total_session_ms": 0},
         "activities": {},
         "ts": None,  # latest event time seen, settled or not
+        "seen": {},  # hash of each accepted event_id -> its event time, for dedupe_retention_ms
     }
 
 
-def add_event(state: dict[str, Any], ts: int, event_id: str, event_type: str, amount: float | None) -> None:
+def id_hash(event_id: str) -> str:
+    """64 bits of the id: what de-duplication remembers (ids may be up to 1,024 characters)."""
+    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def add_event(state: dict[str, Any], ts: int, event_id: str, event_type: str, amount: float | None, source: Source | None = None) -> None:
     """Hold an accepted (de-duplicated, not late) event until the watermark settles it."""
-    state["pending"].append([ts, event_id, event_type, amount])
+    state["pending"].append([ts, event_id, event_type, amount, None if source is None else list(source)])
+    state["seen"][id_hash(event_id)] = ts
     state["ts"] = ts if state["ts"] is None else max(state["ts"], ts)
+
+
+@dataclass
+class Rejected:
+    """A valid event the rule cannot apply: the job dead-letters it with ``reason``."""
+
+    event: PendingEvent
+    reason: str
+    stage: str  # "late" or "state"
 
 
 @dataclass
 class Admitted:
     accepted: int = 0
     duplicates: int = 0
-    late: int = 0
+    late: list[Rejected] = field(default_factory=list)
 
 
-def admit(state: dict[str, Any], events: Iterable[tuple[int, str, str, float | None]], watermark_ms: int | None) -> Admitted:
-    """Add a user's newly arrived events, dropping duplicates and late events.
+def late_reason(ts: int, watermark_ms: int) -> str:
+    return (
+        f"late event: event time {ts} ms is at or behind the watermark {watermark_ms} ms "
+        f"({watermark_ms - ts} ms behind); the user's events up to the watermark were already folded"
+    )
 
-    De-duplication needs no store of its own: a re-sent event keeps its id and its user, so
-    its original is either still pending in this state (same id: a duplicate) or already
-    settled, i.e. at or below the watermark, which makes the re-sent copy late. Late events
-    are dropped because the events around them are already folded; folding them now would
-    make the outcome depend on how records were cut into micro-batches.
+
+def admit(state: dict[str, Any], events: Iterable[Event], watermark_ms: int | None) -> Admitted:
+    """Add a user's newly arrived events in arrival order: duplicates are dropped, late ones rejected.
+
+    A duplicate is an id this user already had within the retention (see the module
+    docstring), so the first arrival wins, even over a re-send with a changed ``ts``.
     """
-    counts = Admitted()
-    pending_ids = {event[1] for event in state["pending"]}
-    for ts, event_id, event_type, amount in events:
-        if watermark_ms is not None and ts <= watermark_ms:
-            counts.late += 1
-        elif event_id in pending_ids:
-            counts.duplicates += 1
+    admitted = Admitted()
+    seen = state["seen"]
+    for event in events:
+        ts, event_id, event_type, amount = event[:4]
+        source = event[4] if len(event) > 4 else None
+        if id_hash(event_id) in seen:
+            admitted.duplicates += 1
+        elif watermark_ms is not None and ts <= watermark_ms:
+            pending = [ts, event_id, event_type, amount, None if source is None else list(source)]
+            admitted.late.append(Rejected(pending, late_reason(ts, watermark_ms), "late"))
         else:
-            pending_ids.add(event_id)
-            add_event(state, ts, event_id, event_type, amount)
-            counts.accepted += 1
-    return counts
+            add_event(state, ts, event_id, event_type, amount, source)
+            admitted.accepted += 1
+    return admitted
 
 
 @dataclass
@@ -97,6 +154,7 @@ class Outputs:
     alerts: list[Alert]
     closed: list[ClosedSession]
     opened: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
 
 
 def settle(state: dict[str, Any], user_id: str, watermark_ms: int | None, rule: SessionRule) -> Outputs:
@@ -115,20 +173,54 @@ def settle(state: dict[str, Any], user_id: str, watermark_ms: int | None, rule: 
     opened = state["open"]
     if opened is not None and opened["last_activity"] + rule.gap_ms <= watermark_ms:
         out.closed.append(_close(state, user_id, "timeout"))
+    _forget_old_ids(state, watermark_ms, rule)
     return out
 
 
+def _forget_old_ids(state: dict[str, Any], watermark_ms: int, rule: SessionRule) -> None:
+    seen = state["seen"]
+    horizon = watermark_ms - rule.dedupe_retention_ms
+    if seen and min(seen.values()) < horizon:
+        state["seen"] = {h: ts for h, ts in seen.items() if ts >= horizon}
+
+
 def next_deadline(state: dict[str, Any], rule: SessionRule) -> int | None:
-    """The watermark at which settle() has work to do, or None when nothing waits."""
+    """The watermark at which settle() has work to do (or the state expires), or None."""
     candidates = [e[0] for e in state["pending"]]
     if state["open"] is not None:
         candidates.append(state["open"]["last_activity"] + rule.gap_ms)
+    if not candidates and state["ts"] is not None:
+        candidates.append(state["ts"] + rule.idle_ttl_ms)
     return min(candidates) if candidates else None
 
 
+def expired(state: dict[str, Any], watermark_ms: int | None, rule: SessionRule) -> bool:
+    """Nothing pending, no open session, and the user idle for ``idle_ttl_ms`` of event time."""
+    return (
+        watermark_ms is not None
+        and not state["pending"]
+        and state["open"] is None
+        and state["ts"] is not None
+        and state["ts"] + rule.idle_ttl_ms <= watermark_ms
+    )
+
+
+def purchase_overflow_reason(total: float, amount: float) -> str:
+    return (
+        f"purchase amount {amount!r} would take the session's purchase_total {total!r} out of the range "
+        "of a double; the event was not applied to the session"
+    )
+
+
 def _fold(state: dict[str, Any], user_id: str, event: PendingEvent, rule: SessionRule, out: Outputs) -> None:
-    ts, _event_id, event_type, amount = event
+    ts, _event_id, event_type, amount = event[:4]
     session = state["open"]
+    if event_type == "purchase" and amount:
+        current = 0.0 if session is None or ts - session["last_activity"] >= rule.gap_ms else session["purchase_total"]
+        if not math.isfinite(current + float(amount)):
+            out.rejected.append(Rejected(event, purchase_overflow_reason(current, amount), "state"))
+            return
+
     if session is not None and ts - session["last_activity"] >= rule.gap_ms:
         out.closed.append(_close(state, user_id, "timeout"))
         session = None
@@ -144,7 +236,8 @@ def _fold(state: dict[str, Any], user_id: str, event: PendingEvent, rule: Sessio
             "purchase_total": 0.0,
             "current_activity": event_type,
             "activity_start": ts,
-            "recent_views": [],
+            "recent_views": [],  # page-view times of the burst window, from index recent_from on
+            "recent_from": 0,
             "alerted": [],
         }
     session["events"] += 1
@@ -165,14 +258,11 @@ def _fold(state: dict[str, Any], user_id: str, event: PendingEvent, rule: Sessio
     if event_type == "page_view":
         session["page_views"] += 1
         behaviour["total_page_views"] += 1
-        recent = session["recent_views"]
-        recent.append(ts)
-        while recent and recent[0] <= ts - rule.burst_window_ms:
-            recent.pop(0)
-        if len(recent) >= rule.burst_page_views:
+        in_window = _recent_views(session, ts, rule.burst_window_ms)
+        if in_window >= rule.burst_page_views:
             _alert_once(session, out, "bot_burst", user_id, ts,
-                        f"{user_id}: {len(recent)} page views within {rule.burst_window_ms // 1000}s",
-                        page_views=len(recent), window_ms=rule.burst_window_ms)
+                        f"{user_id}: {in_window} page views within {rule.burst_window_ms // 1000}s",
+                        page_views=in_window, window_ms=rule.burst_window_ms)
     elif event_type == "click":
         session["clicks"] += 1
     elif event_type == "purchase":
@@ -189,6 +279,23 @@ def _fold(state: dict[str, Any], user_id: str, event: PendingEvent, rule: Sessio
                     duration_ms=ts - session["start"], limit_ms=rule.long_session_ms)
     if event_type == "logout":
         out.closed.append(_close(state, user_id, "logout"))
+
+
+def _recent_views(session: dict, ts: int, window_ms: int) -> int:
+    """Add a page view at ``ts``; the page views within the window ending at it.
+
+    Views are folded in event-time order, so the window's start only moves forward: an index
+    instead of popping the list's head keeps a hot user's cost per view constant."""
+    recent = session["recent_views"]
+    recent.append(ts)
+    start = session.get("recent_from", 0)
+    while recent[start] <= ts - window_ms:
+        start += 1
+    if start > 64 and start * 2 > len(recent):
+        del recent[:start]
+        start = 0
+    session["recent_from"] = start
+    return len(recent) - start
 
 
 def _alert_once(session: dict, out: Outputs, kind: str, user_id: str, ts: int, message: str, **details) -> None:
@@ -258,9 +365,9 @@ def snapshot(user_id: str, state: dict[str, Any], rule: SessionRule) -> SessionS
     )
 
 
-def fold_all(events: Iterable[tuple[int, str, str, float | None]], user_id: str, watermark_ms: int, rule: SessionRule):
-    """Reference helper: one user's accepted events through the rule up to a final watermark."""
+def fold_all(events: Iterable[Event], user_id: str, watermark_ms: int, rule: SessionRule):
+    """Reference helper: one user's events (in arrival order) through the rule up to a final
+    watermark, with no lateness (every event arrived before the watermark passed it)."""
     state = new_state()
-    for ts, event_id, event_type, amount in events:
-        add_event(state, ts, event_id, event_type, amount)
+    admit(state, events, None)
     return state, settle(state, user_id, watermark_ms, rule)

@@ -36,7 +36,7 @@ def run_peer(on_record, records) -> list[dict]:
 
 
 def as_source(records, topic: str) -> list[SourceRecord]:
-    return [SourceRecord(topic, 0, offset, r.key, r.value, 0) for offset, r in enumerate(records)]
+    return [SourceRecord(topic, 0, offset, r.key, r.value) for offset, r in enumerate(records)]
 
 
 def test_quix_sessions_close_the_reference_sessions():

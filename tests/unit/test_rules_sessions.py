@@ -46,7 +46,7 @@ def replay_in_batches(arrival, rng, batches, lateness, final_watermark):
     for lo, hi in zip([0, *cuts], [*cuts, len(arrival)]):
         watermark = None if max_ts is None else max_ts - lateness
         admitted = sessions.admit(state, arrival[lo:hi], watermark)
-        dropped += admitted.duplicates + admitted.late
+        dropped += admitted.duplicates + len(admitted.late)
         result = sessions.settle(state, "u", watermark, RULE)
         alerts += result.alerts
         closed += result.closed
@@ -158,5 +158,88 @@ def test_admit_drops_re_sent_events_whenever_they_arrive(events, seed, batches):
 def test_admit_counts_late_events_and_keeps_them_out_of_state():
     state = sessions.new_state()
     admitted = sessions.admit(state, [(5_000, "a", "click", None), (9_000, "b", "click", None), (9_000, "b", "click", None)], 5_000)
-    assert (admitted.accepted, admitted.duplicates, admitted.late) == (1, 1, 1)
+    assert (admitted.accepted, admitted.duplicates, len(admitted.late)) == (1, 1, 1)
     assert [e[1] for e in state["pending"]] == ["b"]
+
+
+def test_a_re_send_after_its_original_settled_is_a_duplicate_not_a_late_event():
+    state = sessions.new_state()
+    sessions.admit(state, [(1_000, "a", "click", None)], None)
+    sessions.settle(state, "u", 10_000, RULE)
+    assert state["pending"] == []
+    admitted = sessions.admit(state, [(1_000, "a", "click", None), (500, "a", "page_view", None), (20_000, "a", "logout", None)], 10_000)
+    assert (admitted.accepted, admitted.duplicates, admitted.late) == (0, 3, [])
+
+
+def test_ids_are_remembered_for_the_retention_then_forgotten():
+    rule = sessions.SessionRule(gap_ms=RULE.gap_ms, dedupe_retention_ms=60_000)
+    state = sessions.new_state()
+    sessions.admit(state, [(1_000, "a", "click", None)], None)
+    sessions.settle(state, "u", 61_000, rule)  # 1,000 + 60,000 is not yet behind the watermark
+    assert sessions.admit(state, [(70_000, "a", "click", None)], 61_000).duplicates == 1
+    sessions.settle(state, "u", 61_001, rule)
+    admitted = sessions.admit(state, [(70_000, "a", "click", None)], 61_001)
+    assert admitted.accepted == 1, "an id older than the retention may be used again"
+
+
+def test_the_first_arrival_wins_a_re_send_with_a_changed_ts():
+    state, result = sessions.fold_all([(5_000, "a", "logout", None), (1_000, "a", "click", None)], "u", 10**9, RULE)
+    assert [(c.start, c.ended_by) for c in result.closed] == [(5_000, "logout")]
+
+
+def test_late_events_are_rejected_with_their_source_and_the_watermark():
+    state = sessions.new_state()
+    source = ("user-events", 3, 42, 1_700_000_000_000)
+    admitted = sessions.admit(state, [(4_000, "a", "click", None, source)], 5_000)
+    [late] = admitted.late
+    assert late.stage == "late" and late.event[4] == list(source)
+    assert late.reason == (
+        "late event: event time 4000 ms is at or behind the watermark 5000 ms (1000 ms behind); "
+        "the user's events up to the watermark were already folded"
+    )
+    assert state["pending"] == [] and state["seen"] == {}
+
+
+def test_a_purchase_that_would_overflow_the_total_is_rejected_and_the_session_goes_on():
+    source = ("user-events", 0, 7, 99)
+    events = [
+        (1_000, "p1", "purchase", 1e308),
+        (2_000, "p2", "purchase", 1e308, source),
+        (3_000, "p3", "purchase", -1e308),
+        (4_000, "o", "logout", None),
+    ]
+    state, result = sessions.fold_all(events, "u", 10**9, RULE)
+    [closed] = result.closed
+    assert closed.purchases == 2 and closed.purchase_total == 0.0 and closed.events == 3
+    [rejected] = result.rejected
+    assert rejected.event[:2] == [2_000, "p2"] and rejected.event[4] == list(source) and rejected.stage == "state"
+    assert "out of the range of a double" in rejected.reason
+    sessions.snapshot("u", state, RULE).model_dump_json()
+    closed.model_dump_json()
+
+
+def test_an_idle_user_expires_after_the_ttl_and_only_then():
+    rule = sessions.SessionRule(gap_ms=1_000, idle_ttl_ms=10_000)
+    state = sessions.new_state()
+    sessions.admit(state, [(100, "a", "click", None)], None)
+    assert sessions.next_deadline(state, rule) == 100
+    sessions.settle(state, "u", 100, rule)
+    assert sessions.next_deadline(state, rule) == 1_100  # the session's inactivity close
+    sessions.settle(state, "u", 1_100, rule)
+    assert state["open"] is None and sessions.next_deadline(state, rule) == 10_100
+    assert not sessions.expired(state, 10_099, rule)
+    assert sessions.expired(state, 10_100, rule)
+
+
+@given(st.lists(st.integers(0, 5_000), min_size=1, max_size=400))
+@hsettings(max_examples=100, deadline=None)
+def test_the_burst_window_count_equals_the_naive_count(gaps):
+    rule = sessions.SessionRule(gap_ms=10**9, burst_page_views=10**9, burst_window_ms=60_000)
+    session = {"recent_views": [], "recent_from": 0}
+    ts = 0
+    seen = []
+    for gap in gaps:
+        ts += gap
+        seen.append(ts)
+        count = sessions._recent_views(session, ts, rule.burst_window_ms)
+        assert count == sum(1 for t in seen if t > ts - rule.burst_window_ms)
