@@ -81,7 +81,7 @@ def _parse_instant(text: str | None) -> datetime | None:
         return None
 
 
-def _offsets_by_topic(offsets: Any) -> dict[str, dict[str, int]] | None:
+def offsets_by_topic(offsets: Any) -> dict[str, dict[str, int]] | None:
     """Kafka-shaped offsets ``{"topic": {"0": 42}}``, or None for any other source."""
     if isinstance(offsets, str):
         try:
@@ -114,8 +114,8 @@ def source_lag(sources: list[Mapping[str, Any]]) -> dict[str, int]:
     """
     lag: dict[str, int] = {}
     for source in sources:
-        end = _offsets_by_topic(source.get("endOffset"))
-        latest = _offsets_by_topic(source.get("latestOffset"))
+        end = offsets_by_topic(source.get("endOffset"))
+        latest = offsets_by_topic(source.get("latestOffset"))
         if end is None or latest is None:
             continue
         for topic, partitions in latest.items():

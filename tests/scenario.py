@@ -15,6 +15,7 @@ import json
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -37,9 +38,9 @@ class Scenario:
         return run_reference(self.produced, settings)
 
 
-def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS) -> Scenario:
+def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS, users: int = 60) -> Scenario:
     users = UserEventGenerator(
-        seed=seed, users=60, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03, max_lateness_ms=60_000
+        seed=seed, users=users, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03, max_lateness_ms=60_000
     )
     series = MetricGenerator(seed=seed + 1, series=8, interval_ms=15_000, anomaly_rate=0.01, malformed_rate=0.02)
     records = list(itertools.islice(interleave([(users.take(events), events), (series.take(metrics), metrics)]), events + metrics))
@@ -60,8 +61,12 @@ def pipeline_topics(new_topic) -> dict[str, str]:
     }
 
 
-def produce_scenario(bootstrap: str, scenario: Scenario, settings: Settings) -> list[SourceRecord]:
-    """Produce every record (in order, per-key order kept) and remember where each landed."""
+def produce_scenario(
+    bootstrap: str, scenario: Scenario, settings: Settings, timestamps: Sequence[int] | None = None
+) -> list[SourceRecord]:
+    """Produce every record (in order, per-key order kept) and remember where each landed.
+
+    ``timestamps`` sets each record's Kafka timestamp (default: the producer's clock)."""
     topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     landed: list[SourceRecord] = []
@@ -75,8 +80,9 @@ def produce_scenario(bootstrap: str, scenario: Scenario, settings: Settings) -> 
             SourceRecord(message.topic(), message.partition(), message.offset(), message.key(), message.value(), message.timestamp()[1])
         )
 
-    for record in scenario.records:
-        producer.produce(topic_of[record.topic], key=record.key, value=record.value, on_delivery=report)
+    for index, record in enumerate(scenario.records):
+        stamp = {} if timestamps is None else {"timestamp": timestamps[index]}
+        producer.produce(topic_of[record.topic], key=record.key, value=record.value, on_delivery=report, **stamp)
         producer.poll(0)
     producer.flush(60)
     assert not failures, f"scenario records not delivered: {failures[:3]}"
@@ -177,16 +183,21 @@ def collect_outputs(
         time.sleep(3)
 
 
-def run_jobs_in_process(spark, bootstrap: str, settings: Settings, scenario: Scenario, timeout_s: float = 300) -> Outputs:
-    """Both jobs as queries of the shared SparkSession until their outputs match the scenario
-    (or the timeout); each query must still be running, with no error, at the end."""
+def start_jobs_in_process(spark, settings: Settings) -> list:
+    """Both jobs as queries of the shared SparkSession (sessions first)."""
     from streamstate.jobs import anomalies_job, sessions_job
     from streamstate.jobs.runner import start_query
 
-    queries = [
+    return [
         start_query(spark, settings, job, module.build, settings.checkpoint(job))
         for job, module in (("sessions", sessions_job), ("anomalies", anomalies_job))
     ]
+
+
+def run_jobs_in_process(spark, bootstrap: str, settings: Settings, scenario: Scenario, timeout_s: float = 300) -> Outputs:
+    """Both jobs as queries of the shared SparkSession until their outputs match the scenario
+    (or the timeout); each query must still be running, with no error, at the end."""
+    queries = start_jobs_in_process(spark, settings)
     try:
         outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=timeout_s)
         for query in queries:
@@ -195,6 +206,17 @@ def run_jobs_in_process(spark, bootstrap: str, settings: Settings, scenario: Sce
         for query in queries:
             query.stop()
     return outputs
+
+
+def records_read(query) -> int:
+    """Input records a query has read so far (the sum of its source end offsets on fresh topics)."""
+    progress = query.lastProgress
+    if not progress:
+        return 0
+    from streamstate.jobs.metrics import offsets_by_topic
+
+    ends = [offsets_by_topic(source.get("endOffset")) or {} for source in progress["sources"]]
+    return sum(offset for end in ends for partitions in end.values() for offset in partitions.values())
 
 
 def assert_outputs_match(scenario: Scenario, got: Outputs, settings: Settings | None = None) -> None:
