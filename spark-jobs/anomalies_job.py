@@ -72,7 +72,11 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
     return state_rows(result, "metric_state")
 
 
-main = main_for("anomalies", DESCRIPTION, build)
+def input_topics(settings: Settings) -> list[str]:
+    return [settings.topic_metrics]
+
+
+main = main_for("anomalies", DESCRIPTION, build, inputs=input_topics)
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,16 @@
-"""What an existing checkpoint fixes for good: the number of state partitions.
+"""What an existing checkpoint fixes for good: the number of state partitions, and the
+input topics its offsets belong to.
 
 Spark writes the session's ``spark.sql.shuffle.partitions`` into every batch's
 ``offsets/<batch>`` metadata and, on restart, silently uses that stored value instead of the
 configured one (state is partitioned by it; it cannot be re-partitioned in place). A user
 who changed ``STREAMSTATE_SHUFFLE_PARTITIONS`` would believe the job runs with the new count.
 :func:`check_state_partitions` makes that a clear error at start instead.
+
+The input topics' ids are kept next to the checkpoint (``streamstate/topic-ids.json``), so
+that a topic recreated under the checkpoint is noticed (see
+:mod:`streamstate.jobs.kafka.identity`). Everything is read and written through Hadoop's
+FileSystem, so local paths, ``s3a://`` and ``hdfs://`` all work.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import json
 
 from pyspark.sql import SparkSession
 
+from streamstate.jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
+
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
@@ -20,25 +28,60 @@ class StatePartitionsChanged(ValueError):
     """The configured state partition count differs from the one the checkpoint was written with."""
 
 
-def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | None:
-    """The session configuration stored with the checkpoint's latest batch, or None for a new checkpoint.
+TOPIC_IDS_FILE = "streamstate/topic-ids.json"
 
-    Read through Hadoop's FileSystem, so local paths, ``s3a://`` and ``hdfs://`` all work.
-    """
-    jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem is only reachable through the JVM
-    hadoop_path = jvm.org.apache.hadoop.fs.Path
-    offsets = hadoop_path(checkpoint.rstrip("/") + "/offsets")
-    fs = offsets.getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
-    if not fs.exists(offsets):
-        return None
-    batches = [int(s.getPath().getName()) for s in fs.listStatus(offsets) if s.getPath().getName().isdigit()]
+
+class CheckpointFiles:
+    """Files under one checkpoint location, through Hadoop's FileSystem (driver side)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str):
+        self._jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem is only reachable through the JVM
+        self._root = checkpoint.rstrip("/")
+        self._path = self._jvm.org.apache.hadoop.fs.Path
+        self._fs = self._path(self._root).getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
+
+    def read(self, relative: str) -> str | None:
+        path = self._path(f"{self._root}/{relative}")
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+
+    def write(self, relative: str, text: str) -> None:
+        stream = self._fs.create(self._path(f"{self._root}/{relative}"), True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+    def batches(self, log: str) -> list[int]:
+        """Batch ids in the checkpoint's ``offsets`` or ``commits`` log."""
+        folder = self._path(f"{self._root}/{log}")
+        if not self._fs.exists(folder):
+            return []
+        return [int(s.getPath().getName()) for s in self._fs.listStatus(folder) if s.getPath().getName().isdigit()]
+
+    def exists(self) -> bool:
+        return self._fs.exists(self._path(self._root))
+
+    def move_aside(self, suffix: str) -> str:
+        """Rename the whole checkpoint to ``<checkpoint>.<suffix>``; returns the new location."""
+        target = f"{self._root}.{suffix}"
+        if not self._fs.rename(self._path(self._root), self._path(target)):
+            raise OSError(f"could not move checkpoint {self._root} to {target}")
+        return target
+
+
+def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | None:
+    """The session configuration stored with the checkpoint's latest batch, or None for a new checkpoint."""
+    files = CheckpointFiles(spark, checkpoint)
+    batches = files.batches("offsets")
     if not batches:
         return None
-    stream = fs.open(hadoop_path(offsets, str(max(batches))))
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
+    text = files.read(f"offsets/{max(batches)}") or ""
     # Line 1 is the log version ("v1"), line 2 the batch metadata, then one line per source.
     lines = text.splitlines()
     return json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else None
@@ -54,3 +97,32 @@ def check_state_partitions(spark: SparkSession, checkpoint: str, wanted: int) ->
             f"checkpoint's life, but {wanted} were asked for: set STREAMSTATE_SHUFFLE_PARTITIONS={stored} "
             "(--shuffle-partitions) or start from a new checkpoint (state is lost; see docs/cluster.md)"
         )
+
+
+class TopicIdentity:
+    """Records the input topics' ids with a checkpoint and checks them before every batch."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str, client_conf: dict[str, str], topics: list[str]):
+        self._files = CheckpointFiles(spark, checkpoint)
+        self._checkpoint = checkpoint
+        self._client_conf = client_conf
+        self._topics = topics
+        self._recorded: dict[str, str] | None = None
+
+    def check(self) -> None:
+        """Raise :class:`SourceResetError` when an input topic is not the one the checkpoint read."""
+        current = topic_ids(self._client_conf, self._topics)
+        if self._recorded is None:
+            stored = self._files.read(TOPIC_IDS_FILE)
+            self._recorded = json.loads(stored) if stored else {}
+        changed = changed_topics(self._recorded, current)
+        if changed:
+            described = ", ".join(f"{name} (id {old} -> {new})" for name, (old, new) in sorted(changed.items()))
+            raise SourceResetError(
+                f"input topic {described} was deleted and created again since checkpoint {self._checkpoint} read it: "
+                "its offsets belong to the old topic, and reading on would skip records of the new one"
+            )
+        missing = {name: topic_id for name, topic_id in current.items() if name not in self._recorded}
+        if missing:
+            self._recorded = {**self._recorded, **missing}
+            self._files.write(TOPIC_IDS_FILE, json.dumps(self._recorded, sort_keys=True))

@@ -40,14 +40,24 @@ def topic_for(kind: str, settings: Settings) -> str:
     return getattr(settings, TOPIC_OF_KIND[kind])
 
 
-def batch_router(settings: Settings, metrics=None, on_batch: Callable[[int, dict[str, int]], None] | None = None):
-    """A ``foreachBatch`` function writing each kind of row to its topic."""
+def batch_router(
+    settings: Settings,
+    metrics=None,
+    on_batch: Callable[[int, dict[str, int]], None] | None = None,
+    before_batch: Callable[[], None] | None = None,
+):
+    """A ``foreachBatch`` function writing each kind of row to its topic.
+
+    ``before_batch`` runs first in every batch (the input-topic identity check): raising
+    there fails the batch before anything of it is written or committed."""
 
     # Sessions opened minus closed since this process started: the gauge cannot know what was
     # open before a restart without scanning every key's state.
     open_sessions = {"value": 0}
 
     def route(batch: DataFrame, batch_id: int) -> None:
+        if before_batch is not None:
+            before_batch()
         batch = batch.persist()
         try:
             summary = (

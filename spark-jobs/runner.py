@@ -4,6 +4,13 @@ A job is a function ``build(spark, settings) -> DataFrame`` of (kind, key, paylo
 rows; the runner starts the streaming query that routes those rows to Kafka, exports
 metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets and state
 are committed together) and exits non-zero with the error when the query fails.
+
+A failed query is restarted from its checkpoint with backoff, except when its input lost
+records under the checkpoint (a topic recreated, emptied or truncated): restarting then
+would read on from offsets that no longer mean anything, and by the time of the restart a
+recreated topic may have grown past them, skipping its first records silently. The job
+stops instead (exit 2) with what happened, or with ``on_source_reset=start-over`` moves the
+checkpoint aside and reads the topics from their beginning.
 """
 
 from __future__ import annotations
@@ -13,18 +20,30 @@ import logging
 import signal
 import sys
 import threading
+import time
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streamstate.jobs.checkpoints import StatePartitionsChanged, check_state_partitions
+from streamstate.jobs.checkpoints import CheckpointFiles, StatePartitionsChanged, TopicIdentity, check_state_partitions
 from streamstate.jobs.outage import failure_message
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
 
 JobBuilder = Callable[[SparkSession, Settings], DataFrame]
+# The topics a job reads, from its settings (checked against the checkpoint each batch).
+InputTopics = Callable[[Settings], list[str]]
+
+# How lost input shows in a failed query: our SourceResetError (topic id changed), or a Kafka
+# source's data-loss error, which always names the failOnDataLoss option (ours and Spark's).
+SOURCE_RESET_MARKERS = ("SourceResetError", "failOnDataLoss")
+
+
+def is_source_reset(error: object) -> bool:
+    text = str(error)
+    return any(marker in text for marker in SOURCE_RESET_MARKERS)
 # name -> (builder of (kind, key, payload) rows, output mode): secondary queries of a job
 ExtraQueries = dict[str, tuple[JobBuilder, str]]
 
@@ -72,31 +91,44 @@ def start_query(
     available_now: bool = False,
     metrics=None,
     output_mode: str = "append",
+    input_topics: list[str] | None = None,
 ) -> StreamingQuery:
     """Start one of a job's streaming queries (also used in-process by the tests).
 
     Raises :class:`StatePartitionsChanged` when ``checkpoint`` was written with a state
     partition count other than ``settings.shuffle_partitions`` (Spark would silently keep the old one).
+    With ``input_topics``, every batch first checks that they are still the topics the
+    checkpoint read (:class:`TopicIdentity`).
     """
     from streamstate.jobs.routing import batch_router
 
     check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
+    identity = None
+    if input_topics:
+        identity = TopicIdentity(spark, checkpoint, {"bootstrap.servers": settings.bootstrap_servers}, input_topics).check
     writer = (
         build(spark, settings)
         .writeStream.queryName(job)
         .outputMode(output_mode)
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings, metrics))
+        .foreachBatch(batch_router(settings, metrics, before_batch=identity))
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     return writer.start()
 
 
-def _run_queries(spark, settings, job, build, extra, checkpoint, available_now, metrics, stop_requested):
+def _checkpoints(job_checkpoint: str, extra: ExtraQueries | None) -> list[str]:
+    """The checkpoints of the job's queries: its own, then one per extra query."""
+    return [job_checkpoint, *(f"{job_checkpoint}-{name}" for name in (extra or {}))]
+
+
+def _run_queries(spark, settings, job, build, extra, checkpoint, available_now, metrics, stop_requested, topics):
     """Run the job's queries until stopped, drained (availableNow) or failed; returns the failures."""
-    query = start_query(spark, settings, job, build, checkpoint, available_now=available_now, metrics=metrics)
+    query = start_query(
+        spark, settings, job, build, checkpoint, available_now=available_now, metrics=metrics, input_topics=topics
+    )
     secondary = [
-        start_query(spark, settings, name, builder, f"{checkpoint}-{name}", available_now, metrics, mode)
+        start_query(spark, settings, name, builder, f"{checkpoint}-{name}", available_now, metrics, mode, topics)
         for name, (builder, mode) in (extra or {}).items()
     ]
     log.info("query %s started: checkpoint %s, broker %s", job, checkpoint, settings.bootstrap_servers)
@@ -114,8 +146,35 @@ def _run_queries(spark, settings, job, build, extra, checkpoint, available_now, 
     return [(q.name, q.exception()) for q in queries if q.exception() is not None]
 
 
+def _source_reset(spark, settings, failures, checkpoints: list[str]) -> bool:
+    """Handle lost input under the checkpoints: True to start over, False to stop the job."""
+    reasons = "; ".join(" ".join(str(error).split())[:1500] for _, error in failures)
+    where = ", ".join(checkpoints)
+    if settings.on_source_reset != "start-over":
+        log.error(
+            "input records were lost under the checkpoint, so the job stops instead of skipping them: %s. "
+            "To process the topics from their beginning, set STREAMSTATE_ON_SOURCE_RESET=start-over (the checkpoints %s "
+            "are moved aside, state starts empty) or delete those checkpoints; to investigate, keep them as they are",
+            reasons, where,
+        )
+        return False
+    suffix = "reset-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for checkpoint in checkpoints:
+        files = CheckpointFiles(spark, checkpoint)
+        if files.exists():
+            log.warning("starting over (STREAMSTATE_ON_SOURCE_RESET=start-over): checkpoint %s moved to %s",
+                        checkpoint, files.move_aside(suffix))
+    log.warning("starting over from the beginning of the input topics after: %s", reasons)
+    return True
+
+
 def run_job(
-    job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None, argv: list[str] | None = None
+    job: str,
+    description: str,
+    build: JobBuilder,
+    extra: ExtraQueries | None = None,
+    argv: list[str] | None = None,
+    inputs: InputTopics | None = None,
 ) -> int:
     args, settings = parse_args(job, description, argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {job}-job %(levelname)s %(message)s")
@@ -134,11 +193,20 @@ def run_job(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    topics = inputs(settings) if inputs is not None else None
     try:
-        for attempt in range(settings.job_max_restarts + 1):
-            failures = _run_queries(spark, settings, job, build, extra, checkpoint, args.available_now, metrics, stop_requested)
+        attempt = 0
+        while attempt <= settings.job_max_restarts:
+            failures = _run_queries(
+                spark, settings, job, build, extra, checkpoint, args.available_now, metrics, stop_requested, topics
+            )
             if not failures or stop_requested.is_set():
                 break
+            if any(is_source_reset(error) for _, error in failures):
+                if not _source_reset(spark, settings, failures, _checkpoints(checkpoint, extra)):
+                    return 2
+                attempt += 1  # starting over counts as a restart: lost input again and again ends the job
+                continue
             delay = min(60.0, 5.0 * 2**attempt)
             next_step = (
                 "the job gives up"
@@ -157,6 +225,7 @@ def run_job(
                 return 1
             if stop_requested.wait(delay):
                 break
+            attempt += 1
     except StatePartitionsChanged as exc:
         log.error("%s", exc)
         return 2
@@ -167,8 +236,10 @@ def run_job(
     return 0
 
 
-def main_for(job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None) -> Callable[[], None]:
+def main_for(
+    job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None, inputs: InputTopics | None = None
+) -> Callable[[], None]:
     def main() -> None:
-        sys.exit(run_job(job, description, build, extra))
+        sys.exit(run_job(job, description, build, extra, inputs=inputs))
 
     return main

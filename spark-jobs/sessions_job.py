@@ -109,7 +109,11 @@ def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
 
 EXTRA_QUERIES = {"event-counts": (event_counts, "update")}
 
-main = main_for("sessions", DESCRIPTION, build, EXTRA_QUERIES)
+def input_topics(settings: Settings) -> list[str]:
+    return [settings.topic_user_events]
+
+
+main = main_for("sessions", DESCRIPTION, build, EXTRA_QUERIES, inputs=input_topics)
 
 if __name__ == "__main__":
     main()

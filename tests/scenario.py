@@ -189,7 +189,7 @@ def start_jobs_in_process(spark, settings: Settings) -> list:
     from streamstate.jobs.runner import start_query
 
     return [
-        start_query(spark, settings, job, module.build, settings.checkpoint(job))
+        start_query(spark, settings, job, module.build, settings.checkpoint(job), input_topics=module.input_topics(settings))
         for job, module in (("sessions", sessions_job), ("anomalies", anomalies_job))
     ]
 

@@ -1,0 +1,43 @@
+"""Which topic a checkpoint's offsets belong to: Kafka topic ids.
+
+A topic deleted and created again under the same name (or a broker restarted empty, as the
+embedded one always is) restarts its offsets at 0. Once the new topic has grown past the
+offsets a checkpoint holds, offsets alone cannot tell it from the old one, and a job would
+silently skip the new topic's first records. Brokers since Kafka 2.8 (and Tansu) give every
+topic a random id at creation; comparing ids closes that gap. A broker without ids answers
+the all-zero id, and then only offsets (checked by the sources at planning) are compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
+
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid, base64
+TIMEOUT_S = 10.0
+
+
+class SourceResetError(RuntimeError):
+    """An input topic is not the one the checkpoint was written from, or lost records under it."""
+
+
+def topic_ids(client_conf: dict[str, str], topics: Iterable[str]) -> dict[str, str]:
+    """Topic id (base64) of each topic that has one; topics without an id are left out."""
+    admin = AdminClient({**client_conf, "log_level": 0})
+    names = sorted(set(topics))
+    try:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
+        described = {name: future.result(TIMEOUT_S) for name, future in futures.items()}
+    except KafkaException as exc:
+        raise ConnectionError(f"cannot describe topics {names}: {exc}") from None
+    ids = {name: str(description.topic_id) for name, description in described.items()}
+    return {name: topic_id for name, topic_id in ids.items() if topic_id and topic_id != NO_TOPIC_ID}
+
+
+def changed_topics(recorded: dict[str, str], current: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Topics whose id differs from the recorded one: name -> (recorded id, current id)."""
+    return {
+        name: (old, current[name]) for name, old in recorded.items() if name in current and current[name] != old
+    }
