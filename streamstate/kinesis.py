@@ -87,8 +87,11 @@ class LocalServer:
             "LOG_LEVEL": "WARN",
             "PERSIST_PATH": str(self.data_dir),
             "SHOULD_PERSIST_DATA": "false",
-            **LOCAL_CREDENTIALS,
         }
+
+    def env_for_clients(self) -> dict[str, str]:
+        """What a client process of this server needs: placeholder credentials."""
+        return dict(LOCAL_CREDENTIALS)
 
 
 def wait_for_kinesis(endpoint_url: str | None, region: str, timeout_s: float = 30.0) -> None:
