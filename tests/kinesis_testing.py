@@ -155,3 +155,32 @@ class ThrottlingProxy:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def produce_scenario_to_kinesis(settings: Settings, scenario) -> list:
+    """The scenario's records into the Kinesis streams named by ``settings``' input topics (in order,
+    through the project's Kinesis producer); returns them as the reference's SourceRecords:
+    topic = stream, partition = shard number, offset = ordinal, with arrival time and sequence number."""
+    from streamstate.jobs.rules.reference import SourceRecord
+    from streamstate.producers.kinesis_writer import produce_records
+    from streamstate.producers.records import ProducedRecord
+
+    stream_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    records = [ProducedRecord(stream_of[r.topic], r.key, r.value, r.malformed_reason, r.kind) for r in scenario.records]
+    puts: list = []
+    summary = produce_records(settings.kinesis_endpoint_url, settings.kinesis_region, records, progress=False, landed=puts)
+    assert summary.ok and summary.sent == len(records), summary.line()
+    produced = []
+    for stream in stream_of.values():
+        mine = [p for p in puts if p.record.topic == stream]
+        ordinal = ordinals([Landed("", b"", p.shard_id, p.sequence_number) for p in mine])
+        arrival = read_back(settings, stream)
+        produced += [
+            SourceRecord(
+                stream, shard_index(p.shard_id), ordinal[(p.shard_id, p.sequence_number)], p.record.key,
+                p.record.value or b"", arrival[(p.shard_id, p.sequence_number)], p.sequence_number,
+            )
+            for p in mine
+        ]
+    scenario.produced = produced
+    return produced

@@ -38,6 +38,7 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+    sequence_number: str | None = None  # Kinesis input: the exact coordinate
 
 
 @dataclass
@@ -74,6 +75,7 @@ def dead_letter(record: SourceRecord, reason: str, stage: str = "contract") -> D
         key=dead_letter_text(record.key),
         value=dead_letter_text(record.value),
         ts=record.timestamp_ms,
+        source_sequence_number=record.sequence_number,
     )
 
 
