@@ -7,7 +7,6 @@ or a long pause between triggers costs one extra call, never a record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from streamstate.jobs.kinesis.offsets import ShardPosition
@@ -88,7 +87,3 @@ class ShardCursor:
         if self._iterator is None:
             self.position = replace(self.position, done=True)
         return Fetch(records, self._iterator, int(answer.get("MillisBehindLatest") or 0))
-
-    def records(self, limit: int) -> Iterator[Fetch]:
-        while True:
-            yield self.fetch(limit)
