@@ -76,6 +76,7 @@ def test_split_and_merge_mid_stream_lose_nothing_repeat_nothing_and_keep_key_ord
         query.stop()
     assert query.exception() is None
 
+    assert max(len(rows) for _, rows in batches) <= 150  # maxRecordsPerTrigger bounds every batch
     rows = [(batch_id, *row) for batch_id, rows in batches for row in rows]
     read = [(shard_id, seq) for _, _, _, shard_id, seq, _, _ in rows]
     assert len(read) == len(set(read)) == 1_800
@@ -108,7 +109,9 @@ def test_throttling_and_provisioned_throughput_exceeded_are_waited_out(spark, ki
             spark, kinesis_settings, streamName=stream, maxRecordsPerTrigger=100, maxRecordsPerFetch=20,
             endpointUrl=proxy.url, retryInitialMs=20, retryMaxMs=200,
         )
-        read = [(r[0], r[1]) for b in collect_batches(df, str(tmp_path / "ck"), ("shardId", "sequenceNumber"), available_now=False) for r in b]
+        batches = collect_batches(df, str(tmp_path / "ck"), ("shardId", "sequenceNumber"), available_now=False)
+    read = [(r[0], r[1]) for b in batches for r in b]
+    assert max(len(b) for b in batches) <= 100
     assert proxy.throttled >= 10, f"only {proxy.throttled} of {proxy.calls} calls were throttled: nothing was tested"
     assert sorted(read) == sorted((r.shard_id, r.sequence_number) for r in landed)
 
