@@ -18,7 +18,7 @@ from tests.kinesis_testing import ordinals, put_in_order, split
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DRIVER = Path(__file__).with_name("kinesis_restart_driver.py")
-RECORDS, SHARDS, PER_TRIGGER = 4_000, 3, 400
+RECORDS, SHARDS, PER_TRIGGER, AFTER_SPLIT = 3_000, 3, 600, 600
 
 
 def start_driver(endpoint_url: str, stream: str, workdir: Path, run: int) -> subprocess.Popen:
@@ -45,9 +45,9 @@ def test_sigkill_mid_stream_then_reshard_and_restart_loses_and_repeats_nothing(k
 
     # While the driver is down the stream is resharded and more records arrive on the children.
     children = split(kinesis_settings, stream, "shardId-000000000000")
-    landed += put_in_order(kinesis_settings, stream, [(f"user-{i % 37}", f"late {i}".encode()) for i in range(1_000)])
+    landed += put_in_order(kinesis_settings, stream, [(f"user-{i % 37}", f"late {i}".encode()) for i in range(AFTER_SPLIT)])
     assert {r.shard_id for r in landed} & set(children)
-    total = RECORDS + 1_000
+    total = RECORDS + AFTER_SPLIT
 
     def final_counts() -> dict[str, int]:
         latest: dict[str, int] = {}
