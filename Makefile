@@ -5,9 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench setup java test-deps compose-check clean
+.PHONY: run test bench setup java test-deps kinesis-server compose-check clean
 
-run: setup                      ## embedded stack + jobs + API + producers; Ctrl-C stops all
+run: setup $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## embedded stack + jobs + API + producers; Ctrl-C stops all
 	$(BIN)/streamstate up
 
 test: setup test-deps           ## the whole test suite (CI runs this)
@@ -34,8 +34,11 @@ $(STAMP):
 	$(BIN)/pip install -q -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
-test-deps:                      ## Debian packages the tests use: prometheus, docker-compose
+test-deps: kinesis-server       ## Debian packages the tests use: prometheus, docker-compose
 	bash infra/install-test-deps.sh
+
+kinesis-server:                 ## the local Kinesis-API server (kinesis-mock from npm; Node.js from Debian if missing)
+	bash infra/kinesis/install.sh
 
 clean:
 	rm -rf var .pytest_cache bench/runs

@@ -1,4 +1,4 @@
-"""``streamstate-produce``: send generated or recorded records to Kafka.
+"""``streamstate-produce``: send generated or recorded records to Kafka (or Kinesis: ``--sink kinesis``).
 
 Sub-commands: ``events``, ``metrics``, ``replay FILE``, ``record FILE`` and ``demo``
 (also what runs with no sub-command: events and metrics together until stopped).
@@ -14,10 +14,12 @@ import random
 import signal
 import sys
 import threading
+from functools import partial
 from typing import Iterable, Iterator, NoReturn, Sequence
 
 from confluent_kafka import KafkaException
 
+from streamstate.producers import kinesis_writer
 from streamstate.producers.generators import DEFAULT_START_TS, MetricGenerator, UserEventGenerator, interleave
 from streamstate.producers.kafka_writer import ProducerSetupError, ProduceSummary, check_broker, produce_records
 from streamstate.producers.records import ProducedRecord
@@ -63,6 +65,10 @@ fraction = _number(float, lambda v: 0.0 <= v <= 1.0, "a fraction between 0 and 1
 # --------------------------------------------------------------------------- options
 def _add_connection(parser: argparse.ArgumentParser, settings: Settings) -> None:
     parser.add_argument("--bootstrap", default=settings.bootstrap_servers, help="Kafka bootstrap servers (default: %(default)s)")
+    parser.add_argument(
+        "--sink", choices=("kafka", "kinesis"), default=settings.source,
+        help="send to Kafka topics, or to the Kinesis streams of the same names (default: STREAMSTATE_SOURCE, %(default)s)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
 
@@ -192,12 +198,19 @@ def _send(
     announce: str,
     total: int | None = None,
 ) -> int:
-    """Check the broker and topics, then produce; stderr gets ``announce``, progress and the summary."""
-    check_broker(args.bootstrap, set(topics))
-    _say(announce)
+    """Check the broker (or Kinesis) and topics, then produce; stderr gets ``announce``, progress and the summary."""
+    if args.sink == "kinesis":
+        settings = get_settings()
+        kinesis_writer.check_streams(settings.kinesis_endpoint_url, settings.kinesis_region, topics)
+        target = settings.kinesis_endpoint_url or f"Kinesis {settings.kinesis_region}"
+        _say(announce.replace(f"at {args.bootstrap}", f"at {target}").replace(f"to {args.bootstrap}", f"to {target}"))
+        produce = partial(kinesis_writer.produce_records, settings.kinesis_endpoint_url, settings.kinesis_region)
+    else:
+        check_broker(args.bootstrap, set(topics))
+        _say(announce)
+        produce = partial(produce_records, args.bootstrap)
     stop = _install_stop_signals()
-    summary: ProduceSummary = produce_records(
-        args.bootstrap,
+    summary: ProduceSummary = produce(
         records,
         rate=rate,
         progress=not args.no_progress,

@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from streamstate.contracts import Metric
-from streamstate.jobs.kafka import read_kafka
+from streamstate.jobs.inputs import read_input
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.dead_letters import refused_point
@@ -54,7 +54,7 @@ def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> 
 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
-    raw = read_kafka(spark, settings, subscribe=settings.topic_metrics, startingOffsets="earliest")
+    raw = read_input(spark, settings, settings.topic_metrics)
     rule = anomalies.AnomalyRule.from_settings(settings)
     spec = (
         StateSpec.batch_function(partial(on_series, rule))

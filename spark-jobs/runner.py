@@ -193,7 +193,8 @@ def run_job(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    topics = inputs(settings) if inputs is not None else None
+    # Topic ids are a Kafka notion; a Kinesis source checks its shards' lineage itself.
+    topics = inputs(settings) if inputs is not None and settings.source == "kafka" else None
     try:
         attempt = 0
         while attempt <= settings.job_max_restarts:

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamstate.contracts import UserEvent
-from streamstate.jobs.kafka import read_kafka
+from streamstate.jobs.inputs import read_input
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.dead_letters import refused_event
@@ -75,7 +75,7 @@ def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str |
 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
-    raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
+    raw = read_input(spark, settings, settings.topic_user_events)
     rule = sessions.SessionRule.from_settings(settings)
     spec = StateSpec.batch_function(partial(on_user, rule)).event_time("ts").snapshots(partial(user_snapshot, rule))
     result = map_validated(
@@ -91,7 +91,7 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
 def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     """Events by type over a sliding event-time window (the seeds' countByValueAndWindow),
     as (kind, key, payload) rows in update mode: each batch re-emits the windows it changed."""
-    raw = read_kafka(spark, settings, subscribe=settings.topic_user_events, startingOffsets="earliest")
+    raw = read_input(spark, settings, settings.topic_user_events)
     counts = (
         good_rows(validate(raw, UserEvent, settings.max_clock_skew_ms))
         .withColumn("event_time", F.timestamp_millis("ts"))

@@ -40,6 +40,8 @@ SOURCE_COLUMNS = [
     T.StructField("partition", T.IntegerType()),
     T.StructField("offset", T.LongType()),
     T.StructField("kafka_ts", T.LongType()),
+    # The exact Kinesis coordinate (source=kinesis); null for Kafka records.
+    T.StructField("sequence_number", T.StringType()),
 ]
 ERROR_COLUMNS = [
     T.StructField("error", T.StringType()),
@@ -70,6 +72,7 @@ def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType, max_
             columns["partition"] = batch.column("partition").to_pylist()
             columns["offset"] = batch.column("offset").to_pylist()
             columns["kafka_ts"] = [None if t is None else t // 1000 for t in timestamps]
+            columns["sequence_number"] = batch.column("sequenceNumber").to_pylist() if "sequenceNumber" in batch.schema.names else [None] * batch.num_rows
             for key, value, kafka_ts in zip(keys, values, columns["kafka_ts"]):
                 try:
                     record = parse_input(model, key, value)
@@ -102,7 +105,8 @@ def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType, max_
 def validate(raw: DataFrame, model: type[UserEvent] | type[Metric], max_clock_skew_ms: int) -> DataFrame:
     """Kafka-schema rows -> contract columns + source coordinates + error (null when valid)."""
     schema = validated_schema(model)
-    return raw.select("key", "value", "topic", "partition", "offset", "timestamp").mapInArrow(
+    kinesis = ["sequenceNumber"] if "sequenceNumber" in raw.columns else []
+    return raw.select("key", "value", "topic", "partition", "offset", "timestamp", *kinesis).mapInArrow(
         _validator(model, schema, max_clock_skew_ms), schema
     )
 
@@ -112,7 +116,7 @@ def validate(raw: DataFrame, model: type[UserEvent] | type[Metric], max_clock_sk
 # one made Spark scan and validate the topic twice per batch.
 INVALID_RECORDS_KEY = "invalid-records:" + "#" * ID_MAX_CHARS
 # What an invalid record's dead letter is built from, besides the source coordinates.
-DEAD_LETTER_COLUMNS = ("kafka_ts", "error", "error_stage", "raw_key", "raw_value")
+DEAD_LETTER_COLUMNS = ("kafka_ts", "error", "error_stage", "raw_key", "raw_value", "sequence_number")
 
 
 def keyed_with_invalid(validated: DataFrame, key: str) -> DataFrame:
@@ -133,6 +137,7 @@ def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
         key=row["raw_key"],
         value=row["raw_value"],
         ts=row["kafka_ts"] if row["kafka_ts"] is not None else 0,
+        source_sequence_number=row.get("sequence_number"),
     )
     return dead_letter_row(letter)
 

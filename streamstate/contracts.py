@@ -209,7 +209,13 @@ class DeadLetter(_Record):
         description="The raw value: UTF-8 text, or 'base64:<...>' for other bytes (for a valid record refused later: "
         "the validated record re-encoded; the source coordinates find the original)."
     )
-    ts: int = Field(description="The source record's Kafka timestamp.")
+    ts: int = Field(description="The source record's Kafka timestamp (Kinesis: its approximate arrival time).")
+    # Kinesis input only: the exact coordinate. There source_topic is the stream, source_partition
+    # the shard's number and source_offset the record's ordinal in its shard, because sequence
+    # numbers (up to 128 bits) do not fit an integer field. Absent from Kafka dead letters.
+    source_sequence_number: str | None = Field(
+        None, description="Kinesis sequence number of the source record.", exclude_if=lambda v: v is None
+    )
 
 
 # --------------------------------------------------------------------------- validation

@@ -37,6 +37,17 @@ class Settings(BaseSettings):
     topic_dead_letters: str = "dead-letters"
     topic_event_counts: str = "event-counts"
 
+    # --- Input source ------------------------------------------------------------
+    source: Literal["kafka", "kinesis"] = Field(
+        "kafka",
+        description="Where the jobs read their input: the Kafka topics, or Kinesis data streams of the same names "
+        "(outputs always go to Kafka).",
+    )
+    kinesis_endpoint_url: str | None = Field(
+        None, description="Kinesis API endpoint (the local server's URL); unset: AWS's endpoint for kinesis_region."
+    )
+    kinesis_region: str = Field("us-east-1", description="AWS region of the Kinesis streams.")
+
     # --- Spark -----------------------------------------------------------------
     spark_master: str = Field("local[2]", description="Spark master URL (local[N], spark://, k8s://).")
     spark_driver_host: str = Field(

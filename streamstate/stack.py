@@ -94,6 +94,7 @@ class EmbeddedStack:
     workdir: Path = field(default_factory=lambda: REPO_ROOT / "var")
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     quiet: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)  # for every child, unless already set
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -114,10 +115,12 @@ class EmbeddedStack:
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        for name, value in self.extra_env.items():
+            env.setdefault(name, value)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+    def spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> ManagedProcess:
         if name in self.processes and self.processes[name].alive():
             raise RuntimeError(f"{name} is already running (pid {self.processes[name].pid})")
         log_path = self.workdir / "logs" / f"{name}.log"
@@ -127,7 +130,7 @@ class EmbeddedStack:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=self.env(),
+            env={**self.env(), **(extra_env or {})},
             cwd=REPO_ROOT,
             start_new_session=True,
             preexec_fn=_die_with_parent,
@@ -154,6 +157,25 @@ class EmbeddedStack:
         created = ensure_topics(self.settings)
         self.say(f"Kafka-protocol broker (Tansu) at {bootstrap}; topics created: {', '.join(created) or 'none'}")
         return bootstrap
+
+    def start_kinesis(self, port: int | None = None, streams: dict[str, int] | None = None) -> str:
+        """The local Kinesis-API server (kinesis-mock); ``streams`` ({name: shards}) are created on it.
+        Children get its URL as STREAMSTATE_KINESIS_ENDPOINT_URL and placeholder AWS credentials."""
+        from streamstate.kinesis import LocalServer, ensure_local_credentials, ensure_streams, wait_for_kinesis
+
+        ensure_local_credentials()
+
+        server = LocalServer(port or free_port(), free_port(), self.workdir / "kinesis")
+        self.spawn("kinesis", server.argv(), server.env())
+        self.settings = self.settings.model_copy(update={"kinesis_endpoint_url": server.endpoint_url})
+        self.extra_env.update(server.env_for_clients())
+        try:
+            wait_for_kinesis(server.endpoint_url, self.settings.kinesis_region)
+        except Exception as exc:
+            raise RuntimeError(f"{exc}\n{self.processes['kinesis'].tail()}") from None
+        created = ensure_streams(server.endpoint_url, self.settings.kinesis_region, streams or {})
+        self.say(f"Kinesis-API server (kinesis-mock) at {server.endpoint_url}; streams created: {', '.join(created) or 'none'}")
+        return server.endpoint_url
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
         """job is 'sessions' or 'anomalies'."""
@@ -193,8 +215,8 @@ class EmbeddedStack:
         return proc
 
     def stop(self) -> None:
-        # Producers and jobs first, the broker last, so nothing writes to a dead broker.
-        for name in sorted(self.processes, key=lambda n: n == "broker"):
+        # Producers and jobs first, the servers last, so nothing writes to a dead broker.
+        for name in sorted(self.processes, key=lambda n: n in ("broker", "kinesis")):
             self.processes[name].stop()
 
     def __enter__(self) -> "EmbeddedStack":

@@ -1,9 +1,10 @@
 """``streamstate up``: the whole pipeline on the embedded stack (no Docker), until Ctrl-C.
 
-Starts the broker and topics, both jobs, the API, Prometheus when installed, and the demo
-producers; prints where to look, then a status line every few seconds (alerts, sessions and
-series seen by the API) so it is visible that data flows. Ctrl-C or SIGTERM stops every
-process it started.
+Starts the broker and topics (with ``STREAMSTATE_SOURCE=kinesis`` also the local Kinesis
+server and the input streams, which the jobs then read and the producers write), both jobs,
+the API, Prometheus when installed, and the demo producers; prints where to look, then a
+status line every few seconds (alerts, sessions and series seen by the API) so it is visible
+that data flows. Ctrl-C or SIGTERM stops every process it started.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import urllib.request
 
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack, free_port
+from streamstate.topics import load_topics
 
 STATUS_EVERY_S = 10.0
 
@@ -59,6 +61,12 @@ def _status_line(settings: Settings) -> str:
     return f"active sessions: {len(active['items'])}{more}; latest alerts: {latest}"
 
 
+def input_streams(settings: Settings) -> dict[str, int]:
+    """The Kinesis streams of ``source=kinesis``: the input topics' names, with their partition counts as shards."""
+    counts = {t.name: t.partitions for t in load_topics(settings.topics_file, settings.partitions)}
+    return {name: counts.get(name, 4) for name in (settings.topic_user_events, settings.topic_metrics)}
+
+
 def up(settings: Settings, *, producers: bool = True, jobs: bool = True) -> int:
     settings = _free_ports(settings)
     stack = EmbeddedStack(settings=settings)
@@ -67,6 +75,8 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         stack.start_broker()
+        if settings.source == "kinesis":
+            stack.start_kinesis(streams=input_streams(settings))
         if jobs:
             stack.start_job("sessions")
             stack.start_job("anomalies")

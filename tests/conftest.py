@@ -9,11 +9,15 @@ import uuid
 
 import pytest
 
+from streamstate.kinesis import ensure_local_credentials
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack, pid_alive
 from streamstate.topics import TopicSpec, create_topics
 
 _started_pids: list[int] = []
+# Placeholder AWS credentials for the local Kinesis server, set before Spark's JVM starts so its
+# Python workers inherit them (real ones, when configured, are left alone).
+ensure_local_credentials()
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +53,29 @@ def new_topic(bootstrap):
     def make(partitions: int = 1, prefix: str = "t", config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, [TopicSpec(name, partitions, config or {})])
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def kinesis_settings(stack) -> Settings:
+    """The session's settings with the local Kinesis server started (once, on first use)."""
+    if stack.settings.kinesis_endpoint_url is None:
+        stack.start_kinesis()
+    return stack.settings
+
+
+@pytest.fixture
+def new_stream(kinesis_settings):
+    """Factory for a fresh, uniquely named Kinesis stream: new_stream(shards=2) -> name."""
+    from streamstate.kinesis import create_stream, kinesis_client
+
+    client = kinesis_client(kinesis_settings.kinesis_endpoint_url, kinesis_settings.kinesis_region, max_attempts=5)
+
+    def make(shards: int = 1, prefix: str = "s") -> str:
+        name = f"{prefix}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+        create_stream(client, name, shards)
         return name
 
     return make

@@ -27,13 +27,15 @@ def topic_ids(client_conf: dict[str, str], topics: Iterable[str]) -> dict[str, s
     """Topic id (base64) of each topic that has one; topics without an id are left out."""
     admin = AdminClient({**client_conf, "log_level": 0})
     names = sorted(set(topics))
-    try:
-        futures = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
-        described = {name: future.result(TIMEOUT_S) for name, future in futures.items()}
-    except KafkaException as exc:
-        raise ConnectionError(f"cannot describe topics {names}: {exc}") from None
-    ids = {name: str(description.topic_id) for name, description in described.items()}
-    return {name: topic_id for name, topic_id in ids.items() if topic_id and topic_id != NO_TOPIC_ID}
+    ids: dict[str, str] = {}
+    for name, future in admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
+        try:
+            topic_id = str(future.result(TIMEOUT_S).topic_id)
+        except KafkaException:
+            continue  # a missing topic has no id: the sources report missing topics themselves
+        if topic_id and topic_id != NO_TOPIC_ID:
+            ids[name] = topic_id
+    return ids
 
 
 def changed_topics(recorded: dict[str, str], current: dict[str, str]) -> dict[str, tuple[str, str]]:

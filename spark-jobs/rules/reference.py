@@ -43,6 +43,7 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None  # the Kafka timestamp; None: unknown (no clock-skew check)
+    sequence_number: str | None = None  # Kinesis input: the exact coordinate
 
 
 @dataclass
@@ -67,6 +68,7 @@ def dead_letter(record: SourceRecord, reason: str, stage: str = "contract") -> D
         key=dead_letter_text(record.key),
         value=dead_letter_text(record.value),
         ts=record.timestamp_ms if record.timestamp_ms is not None else 0,
+        source_sequence_number=record.sequence_number,
     )
 
 

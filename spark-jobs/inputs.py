@@ -1,0 +1,40 @@
+"""The jobs' input, from Kafka or Kinesis by ``Settings.source``, in one shape.
+
+Both jobs read one input (``user-events`` or ``metrics``) and validate it by the Kafka
+source's columns. With ``source=kinesis`` the stream of the same name is read from its
+beginning (TRIM_HORIZON, as ``earliest`` on Kafka) and mapped onto those columns: ``topic`` is
+the stream, ``partition`` the shard's number, ``offset`` the record's dense ordinal in its
+shard, ``timestamp`` its approximate arrival time (``timestampType`` 1, log-append time); the
+exact ``sequenceNumber`` rides along into dead letters. Outputs stay on Kafka either way.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamstate.jobs.kafka import read_kafka
+from streamstate.jobs.kinesis import read_kinesis
+from streamstate.settings import Settings
+
+LOG_APPEND_TIME = 1  # Kafka's timestampType for a broker-assigned time, like Kinesis' arrival time
+
+
+def read_input(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+    """The input ``topic`` (a Kafka topic, or the Kinesis stream of that name) from its beginning."""
+    if settings.source == "kinesis":
+        return kinesis_as_kafka_columns(read_kinesis(spark, settings, streamName=topic, startingPosition="TRIM_HORIZON"))
+    return read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest")
+
+
+def kinesis_as_kafka_columns(df: DataFrame) -> DataFrame:
+    return df.select(
+        "key",
+        "value",
+        F.col("stream").alias("topic"),
+        "partition",
+        "offset",
+        F.col("approximateArrivalTimestamp").alias("timestamp"),
+        F.lit(LOG_APPEND_TIME).alias("timestampType"),
+        "sequenceNumber",
+    )

@@ -1,0 +1,33 @@
+"""The entry point the jobs call: :func:`read_kinesis`."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streamstate.jobs.kinesis.datasource import SHORT_NAME, KinesisDataSource
+from streamstate.settings import Settings
+
+
+def read_kinesis(
+    spark: SparkSession,
+    settings: Settings,
+    streamName: str,  # noqa: N803 - the source's option names, on purpose
+    startingPosition: str = "TRIM_HORIZON",  # noqa: N803
+    maxRecordsPerTrigger: int | None = None,  # noqa: N803
+    **extra_options: str,
+) -> DataFrame:
+    """A streaming DataFrame of the stream's records (:data:`~streamstate.jobs.kinesis.records.KINESIS_SCHEMA`).
+
+    ``endpointUrl`` and ``region`` default to ``settings.kinesis_endpoint_url`` and
+    ``settings.kinesis_region``; ``maxRecordsPerTrigger`` to ``settings.max_offsets_per_trigger``.
+    ``extra_options`` pass through (``startingTimestamp``, ``failOnDataLoss``, ``retryTimeoutMs``, ...).
+    """
+    spark.dataSource.register(KinesisDataSource)
+    options: dict[str, str] = {"streamName": streamName, "startingPosition": startingPosition, "region": settings.kinesis_region}
+    if settings.kinesis_endpoint_url:
+        options["endpointUrl"] = settings.kinesis_endpoint_url
+    limit = maxRecordsPerTrigger if maxRecordsPerTrigger is not None else settings.max_offsets_per_trigger
+    if limit is not None:
+        options["maxRecordsPerTrigger"] = str(limit)
+    options.update({k: str(v) for k, v in extra_options.items()})
+    return spark.readStream.format(SHORT_NAME).options(**options).load()
