@@ -29,20 +29,21 @@ EpochMillis = Annotated[StrictInt, Field(ge=0, le=MAX_TS)]
 ID_MAX_CHARS = 1024
 
 
-def _finite_double(value: int | float) -> int | float:
-    # An integer literal of 400 digits is valid JSON but no double: it would fail later, in
-    # Spark's double column or in a rule's arithmetic, where it cannot be dead-lettered.
+def _finite_double(value: int | float) -> float:
+    # A JSON number is a double to every reader (Spark's double column, the rules): an integer
+    # literal of 400 digits would fail there, where it cannot be dead-lettered, and one of 19
+    # digits would be refused by Arrow as not exactly representable. It becomes its double here.
     try:
         as_double = float(value)
     except OverflowError:
         raise ValueError("number out of the range of a double (about ±1.8e308)") from None
     if not math.isfinite(as_double):
         raise ValueError("number must be finite")
-    return value
+    return as_double
 
 
-# JSON numbers: an integer literal is a number too; NaN/Infinity and integers beyond the range
-# of a double are refused (the float branch refuses NaN/Infinity through the models' config).
+# JSON numbers, as doubles: an integer literal is a number too; NaN/Infinity and integers beyond
+# the range of a double are refused (the float branch refuses NaN/Infinity through the models' config).
 Number = Annotated[Union[StrictInt, StrictFloat], AfterValidator(_finite_double)]
 
 

@@ -62,13 +62,19 @@ def pipeline_topics(new_topic) -> dict[str, str]:
 
 
 def produce_scenario(
-    bootstrap: str, scenario: Scenario, settings: Settings, timestamps: Sequence[int] | None = None
+    bootstrap: str,
+    scenario: Scenario,
+    settings: Settings,
+    timestamps: Sequence[int] | None = None,
+    max_bytes: int | None = None,
 ) -> list[SourceRecord]:
     """Produce every record (in order, per-key order kept) and remember where each landed.
 
-    ``timestamps`` sets each record's Kafka timestamp (default: the producer's clock)."""
+    ``timestamps`` sets each record's Kafka timestamp (default: the producer's clock);
+    ``max_bytes`` raises the producer's record size limit (librdkafka's default is 1,000,000)."""
     topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    limit = {} if max_bytes is None else {"message.max.bytes": max_bytes}
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **limit})
     landed: list[SourceRecord] = []
     failures: list[str] = []
 
