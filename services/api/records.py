@@ -32,6 +32,7 @@ class SessionRecord:
     user_id: str
     body: bytes
     active: bool
+    ts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class SeriesRecord:
     series_id: str
     body: bytes
     last_z: float | None
+    ts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +84,8 @@ def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
         raise ContractError(f"key {key_text!r} does not match {key_field} {getattr(parsed, key_field)!r}")
     body = bytes(value)
     if isinstance(parsed, SessionSnapshot):
-        return SessionRecord(parsed.user_id, body, parsed.open_session is not None)
+        return SessionRecord(parsed.user_id, body, parsed.open_session is not None, parsed.ts)
     if isinstance(parsed, MetricSnapshot):
-        return SeriesRecord(parsed.series_id, body, parsed.last_z)
+        return SeriesRecord(parsed.series_id, body, parsed.last_z, parsed.ts)
     assert isinstance(parsed, Alert)
     return AlertRecord(parsed.alert_id, parsed.kind, parsed.entity, parsed.ts, body)
