@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> dict:
     from streamstate.stack import EmbeddedStack, free_port
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port())
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port(), api_store_path=workdir / "api-store")
     with EmbeddedStack(settings=settings, workdir=workdir, quiet=False) as stack:
         stack.start_broker()
         bootstrap = stack.settings.bootstrap_servers

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from streamstate.api.context import ApiContext
 from streamstate.api.deps import TokenDep
+from streamstate.api.fastpath import FastPath
 from streamstate.api.limits import StreamLimit
 from streamstate.api.metrics import RequestMetricsMiddleware
 from streamstate.api.models import UNAUTHORIZED
@@ -35,6 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.context = context
     app.add_middleware(StreamLimit, path=alerts.STREAM_PATH, limit=settings.api_max_streams)
     app.add_middleware(RequestMetricsMiddleware, metrics=context.metrics)
+    app.add_middleware(FastPath, context=context)  # outermost of ours: the read routes that carry the load
     app.include_router(operations.router)
     # The token's security scheme appears in the OpenAPI document only when a token is required.
     guarded = {"dependencies": [TokenDep], "responses": UNAUTHORIZED} if settings.api_token else {}

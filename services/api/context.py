@@ -41,7 +41,7 @@ class ApiContext:
         metrics = ApiMetrics(view)
         broadcaster = AlertBroadcaster()
         follower = ViewFollower(settings, view, metrics, broadcaster, opened.rebuild_reason)
-        responder = Responder(topics, lambda: follower.readiness().ready)
+        responder = Responder(topics, follower.is_ready)
         return cls(settings, opened.store, view, metrics, broadcaster, follower, responder)
 
     @asynccontextmanager

@@ -105,6 +105,10 @@ class ViewFollower(threading.Thread):
         if self.is_alive():
             self.join(timeout_s)
 
+    def is_ready(self) -> bool:
+        """Caught up and the broker answering (cheap: every answer's freshness asks)."""
+        return self._caught_up and self._broker_up
+
     def readiness(self) -> Readiness:
         with self._state_lock:
             caught_up, broker_up, problem, targets = self._caught_up, self._broker_up, self._problem, self._targets

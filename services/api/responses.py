@@ -36,9 +36,12 @@ class Responder:
         self._cache[source] = (positions, caught_up, body)
         return body
 
-    def respond(self, source: Source, positions: dict[int, int], *fields: bytes) -> Response:
+    def body(self, source: Source, positions: dict[int, int], *fields: bytes) -> bytes:
         """A JSON object of the given ``"name":value`` fields plus the freshness of ``source``."""
-        body = b"{" + b",".join((*fields, b'"freshness":' + self.freshness(source, positions))) + b"}"
+        return b"{" + b",".join((*fields, b'"freshness":' + self.freshness(source, positions))) + b"}"
+
+    @staticmethod
+    def json(body: bytes) -> Response:
         return Response(content=body, media_type=JSON)
 
     @staticmethod

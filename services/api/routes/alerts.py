@@ -33,7 +33,7 @@ async def list_alerts(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many alerts.")] = 100,
 ) -> Response:
     items, positions = api.view.alerts(kind, entity, since, limit)
-    return api.responder.respond(Source.ALERTS, positions, b'"items":' + api.responder.array(items))
+    return api.responder.json(api.responder.body(Source.ALERTS, positions, b'"items":' + api.responder.array(items)))
 
 
 @router.get(
