@@ -29,14 +29,14 @@ from confluent_kafka.admin import AdminClient
 
 from streamstate.api.broadcast import AlertBroadcaster
 from streamstate.api.metrics import ApiMetrics
-from streamstate.api.records import Source, decode
+from streamstate.api.decoding import Decoder, Row
+from streamstate.api.records import Source, build
 from streamstate.api.view import Consumed, StateView
-from streamstate.contracts import ContractError
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.api.follower")
 
-_BATCH = 1000
+_BATCH = 5000
 _POLL_S = 0.2
 _LAG_REFRESH_S = 5.0
 _PROGRESS_LOG_S = 5.0
@@ -170,16 +170,25 @@ class ViewFollower(threading.Thread):
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
             next_lag_refresh = 0.0
-            while not self._stopping.is_set():
-                messages = consumer.consume(_BATCH, timeout=_POLL_S)
-                if messages:
-                    self._ingest(messages)
-                if not self._caught_up:
-                    self._check_caught_up()
-                    self._log_progress()
-                if time.monotonic() >= next_lag_refresh:
-                    self._refresh_lag(consumer, partitions)
-                    next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+            decoder = Decoder.for_catch_up(self._progress_start[1] if self._progress_start and not self._caught_up else 0)
+            try:
+                while not self._stopping.is_set():
+                    messages = consumer.consume(_BATCH, timeout=_POLL_S)
+                    if messages:
+                        decoder.submit(self._rows(messages))
+                    for rows, summaries in decoder.finished(wait=not messages):
+                        self._ingest(rows, summaries)
+                    if not self._caught_up and decoder.idle:
+                        self._check_caught_up()
+                        self._log_progress()
+                        if self._caught_up:
+                            decoder.close()
+                            decoder = Decoder.for_catch_up(0)
+                    if time.monotonic() >= next_lag_refresh:
+                        self._refresh_lag(consumer, partitions)
+                        next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+            finally:
+                decoder.close()
         finally:
             consumer.close()
 
@@ -272,23 +281,31 @@ class ViewFollower(threading.Thread):
         return TopicPartition(tp.topic, tp.partition, position if position > 0 else OFFSET_BEGINNING)
 
     # ------------------------------------------------------------------ steady state
-    def _ingest(self, messages: list[Message]) -> None:
-        batch: list[Consumed] = []
+    def _rows(self, messages: list[Message]) -> list[Row]:
+        """The consumed records as plain rows; end-of-partition and error events are handled here."""
+        rows: list[Row] = []
         for message in messages:
             error = message.error()
             if error is not None:
                 self._on_message_error(message, error)
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
-            source = self._source_of[topic]
+            rows.append((self._source_of[topic], partition, offset, message.key(), message.value()))
             key = (topic, partition)
-            self._known_ends[key] = max(self._known_ends.get(key, 0), offset + 1)
-            try:
-                record = decode(source, message.key(), message.value())
-            except ContractError as exc:
+            if offset >= self._known_ends.get(key, 0):
+                self._known_ends[key] = offset + 1
+        return rows
+
+    def _ingest(self, rows: list[Row], summaries: list) -> None:
+        batch: list[Consumed] = []
+        for (source, partition, offset, _, value), summary in zip(rows, summaries):
+            if isinstance(summary, str):
+                topic = self._topics[source]
                 self._metrics.bad_records.labels(topic).inc()
-                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, exc.reason)
+                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, summary)
                 record = None
+            else:
+                record = build(source, summary, value)
             batch.append((source, partition, offset, record))
         if batch:
             self._set_broker(True, self._problem)

@@ -56,7 +56,7 @@ TS = struct.Struct(">q")
 SESSION_HEAD = struct.Struct(">qB")  # ts, open-session flag
 SERIES_HEAD = struct.Struct(">qBd")  # ts, has-z flag, z
 _PARTITION = struct.Struct(">I")
-COUNTERS = ("sessions", "active_sessions", "series")
+COUNTERS = ("sessions", "active_sessions", "series", "graves")
 
 
 def key_bytes(key: str) -> bytes:
