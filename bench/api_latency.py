@@ -195,6 +195,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU time of every live process in a process group (the API and its validation workers)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -223,11 +238,13 @@ def wait_ready(client, api, timeout_s: float = 3600) -> float:
     raise SystemExit(f"API not ready after {timeout_s}s:\n{api.tail()}")
 
 
-def view_size(client) -> int:
+def metric(client, prefix: str) -> float:
     metrics = client.get("/metrics").text
-    return int(next(
-        float(line.rpartition(" ")[2]) for line in metrics.splitlines() if line.startswith('streamstate_api_view_size{view="sessions"}')
-    ))
+    return next(float(line.rpartition(" ")[2]) for line in metrics.splitlines() if line.startswith(prefix))
+
+
+def view_size(client) -> int:
+    return int(metric(client, 'streamstate_api_view_size{view="sessions"}'))
 
 
 def run_size(args: argparse.Namespace, sessions: int) -> dict:
@@ -251,9 +268,14 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
             with httpx.Client(base_url=url, timeout=5) as client:
                 api = stack.start_api()
                 rebuild_s = wait_ready(client, api)
+                rebuild_cpu_s = group_cpu_seconds(api.pid)
                 size = view_size(client)
+                # The follower's own catch-up: from its first fetch (after start-up and the end probe) to the last record.
+                follower_s = metric(client, "streamstate_api_catch_up_seconds ")
+                follower_records = metric(client, "streamstate_api_catch_up_records ")
                 rss_rebuilt = rss_mb(api.pid)
-                print(f"cold rebuild: {size:,} sessions in {rebuild_s:.1f}s ({size / rebuild_s:,.0f}/s from process start), "
+                print(f"cold rebuild: {size:,} sessions in {rebuild_s:.1f}s ({size / rebuild_s:,.0f}/s from process start; "
+                      f"the follower's catch-up {follower_s:.1f}s), "
                       f"API RSS {rss_rebuilt} MB", flush=True)
                 loads = {
                     f"{rate:g}": [drive_once(args, url, api.pid, index, rate, sessions) for index in range(args.runs)]
@@ -276,6 +298,12 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
         "publish_s": round(publish_s, 1),
         "cold_rebuild_s": round(rebuild_s, 2),
         "cold_rebuild_per_s": round(size / rebuild_s),
+        "cold_rebuild_follower_s": round(follower_s, 2),
+        # CPU of the API and its validation workers until ready (start-up included): unlike the
+        # wall time, this does not depend on what else runs on the machine.
+        "cold_rebuild_cpu_s": round(rebuild_cpu_s, 1),
+        "cold_rebuild_cpu_us_per_snapshot": round(rebuild_cpu_s * 1e6 / max(size, 1), 1),
+        "cold_rebuild_follower_per_s": round(follower_records / follower_s) if follower_s else None,
         "restart_to_ready_s": restarts,
         "api_rss_mb": {"rebuilt": rss_rebuilt, "after_load": rss_loaded, "restarted": rss_restarted},
         "store_disk_mb": store_mb,

@@ -96,6 +96,7 @@ class ViewFollower(threading.Thread):
         self._rebuild_reason = rebuild_reason if rebuild_reason is not None or not view.empty else "the store is empty"
         self._progress_start: tuple[float, int] | None = None  # (monotonic time, records left) when catching up began
         self._next_progress_log = 0.0
+        self._fetch_wait_s = 0.0  # time spent waiting for records while catching up (logged when caught up)
         self._metrics.ready.set(0)
         self._metrics.broker_up.set(0)
 
@@ -173,7 +174,9 @@ class ViewFollower(threading.Thread):
             decoder = Decoder.for_catch_up(self._progress_start[1] if self._progress_start and not self._caught_up else 0)
             try:
                 while not self._stopping.is_set():
+                    waited = time.monotonic()
                     messages = consumer.consume(_BATCH, timeout=_POLL_S)
+                    self._fetch_wait_s += time.monotonic() - waited
                     if messages:
                         decoder.submit(self._rows(messages))
                     for rows, summaries in decoder.finished(wait=not messages):
@@ -184,7 +187,9 @@ class ViewFollower(threading.Thread):
                         if self._caught_up:
                             decoder.close()
                             decoder = Decoder.for_catch_up(0)
-                    if time.monotonic() >= next_lag_refresh:
+                    # Not while catching up: asking a busy consumer for watermarks stalls its fetching
+                    # (half a second per refresh, measured), and /readyz already says what is left.
+                    if self._caught_up and time.monotonic() >= next_lag_refresh:
                         self._refresh_lag(consumer, partitions)
                         next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
             finally:
@@ -202,6 +207,9 @@ class ViewFollower(threading.Thread):
             "auto.offset.reset": "earliest",
             "enable.partition.eof": eof,
             "fetch.wait.max.ms": fetch_wait_ms,
+            # Catching up reads whole topics: large fetches, fewer round trips (measured 166k -> 244k records/s).
+            "max.partition.fetch.bytes": 16 << 20,
+            "fetch.max.bytes": 64 << 20,
             "socket.timeout.ms": 10_000,
             "error_cb": self._on_kafka_error,
         }
@@ -340,7 +348,15 @@ class ViewFollower(threading.Thread):
             with self._state_lock:
                 self._caught_up = True
             started = self._progress_start
-            took = f" in {time.monotonic() - started[0]:.1f}s" if started else ""
+            took = ""
+            if started is not None:
+                seconds = time.monotonic() - started[0]
+                self._metrics.catch_up_seconds.set(seconds)
+                self._metrics.catch_up_records.set(started[1])
+                took = (
+                    f" in {seconds:.1f}s ({started[1]:,} records, {started[1] / max(seconds, 1e-9):,.0f}/s, "
+                    f"{self._fetch_wait_s:.1f}s of it waiting for records)"
+                )
             log.info("view follower: caught up%s (%s)", took, self._view.sizes())
             self._publish_ready()
 

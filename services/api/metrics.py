@@ -75,6 +75,12 @@ class ApiMetrics:
             "streamstate_api_bad_records", "Records on the followed topics that failed to decode.", ["topic"], registry=r
         )
         self.sse_clients = Gauge("streamstate_api_sse_clients", "Connected alert-stream clients.", registry=r)
+        self.catch_up_seconds = Gauge(
+            "streamstate_api_catch_up_seconds", "How long the view took to catch up at start (0 until it has).", registry=r
+        )
+        self.catch_up_records = Gauge(
+            "streamstate_api_catch_up_records", "Records consumed to catch up at start (a rebuild: the whole topics).", registry=r
+        )
         r.register(_ViewCollector(view))
         ProcessCollector(registry=r)
 
