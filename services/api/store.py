@@ -3,11 +3,12 @@ snapshot per user and per series, the kept alerts and the consumed offsets, so m
 bounded whatever the number of users and a restart resumes from the stored offsets.
 
 Why RocksDB (``bench/api_store.py``, recorded in docs/api-store.md): on the view's own access
-pattern LMDB loads and reads faster, but it reads through a memory map, so every page a
-request touches stays in the process's RSS (738 MB after random reads of 1,000,000
-snapshots, growing with the users); SQLite loaded 61,000 snapshots/s. RocksDB keeps RSS at
-the block cache plus memtables (210 MB in the same run, independent of the users), loads
-170,000/s with a read of every key's header per batch, and answers a point read in ~15 µs.
+pattern (1,000,000 snapshots) LMDB loaded 509,000/s and read a key in 3.5 µs, but it reads
+through a memory map, so every page a request touches stays in the process's RSS (738 MB
+after random reads, growing with the users: ~7 GB at ten million); SQLite kept RSS low
+(141 MB) but loaded 82,500/s, under half the rebuild rate the API needs. RocksDB loaded
+170,000/s with a read of every key's header per batch, read a key in 14 µs, and kept RSS at
+the block cache plus memtables (210 MB, independent of the users).
 
 Layout (one column family; keys are a one-byte kind plus the UTF-8 id, so a prefix scan is
 an ordered walk by id, which is what cursor paging needs):
