@@ -124,6 +124,7 @@ class Settings(BaseSettings):
         None,
         description="Bearer token the API's data endpoints require (Authorization: Bearer <token>); unset: no "
         "token. /healthz, /readyz and /metrics stay open.",
+        json_schema_extra={"secret": True},
     )
     api_max_connections: int = Field(
         1000, ge=1, description="Concurrent connections the API accepts; beyond, requests get 503."

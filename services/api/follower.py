@@ -181,9 +181,10 @@ class ViewFollower(threading.Thread):
                         decoder.submit(self._rows(messages))
                     for rows, summaries in decoder.finished(wait=not messages):
                         self._ingest(rows, summaries)
-                    if not self._caught_up and decoder.idle:
-                        self._check_caught_up()
+                    if not self._caught_up:
                         self._log_progress()
+                        if decoder.idle:  # a batch still being validated is not in the view yet
+                            self._check_caught_up()
                         if self._caught_up:
                             decoder.close()
                             decoder = Decoder.for_catch_up(0)
