@@ -54,11 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = settings_from(parse_args(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streamstate.api.app import create_app
-    from streamstate.api.store import StoreBusy
+    from streamstate.api.store import StoreUnavailable
 
     try:
         app = create_app(settings)
-    except StoreBusy as exc:
+    except StoreUnavailable as exc:
         sys.exit(f"streamstate-api: {exc}")
     # No access log: at thousands of requests a second it would cost more than the requests; /metrics counts them.
     uvicorn.run(

@@ -39,7 +39,6 @@ import json
 import logging
 import shutil
 import struct
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +72,9 @@ def _offset_key(source: str, partition: int) -> bytes:
     return _OFFSET + source.encode() + b"\x00" + _PARTITION.pack(partition)
 
 
-class StoreBusy(RuntimeError):
-    """Another process holds the store (a second API on the same ``api_store_path``)."""
+class StoreUnavailable(RuntimeError):
+    """The store can be neither used nor rebuilt here: another process holds it (a second API on
+    the same ``api_store_path``), or its directory cannot be written."""
 
 
 @dataclass(frozen=True)
@@ -175,25 +175,41 @@ class ViewStore:
 
 def open_store(path: Path, cache_mb: int, identity: dict) -> Opened:
     """Open the store at ``path``; a missing, unreadable, other-format or other-topics store is
-    set aside (``<path>.corrupt-<time>``, kept for a look) or replaced, and an empty one opened."""
+    replaced by an empty one (an unreadable one is first copied to ``<path>.corrupt``
+    for a look). The directory itself is kept: it may be a mounted volume."""
     reason = _unusable(path, cache_mb, identity)
     if reason is None:
         return Opened(ViewStore(path, cache_mb), None)
-    if path.exists():
+    if path.exists() and any(path.iterdir()):
         if reason.startswith("store unreadable"):
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            aside = path.with_name(f"{path.name}.corrupt")  # the latest corrupt store only
             shutil.rmtree(aside, ignore_errors=True)
-            path.rename(aside)
-            log.warning("view store %s: %s; moved to %s, rebuilding from the topics", path, reason, aside)
+            shutil.copytree(path, aside)
+            log.warning("view store %s: %s; copied to %s, rebuilding from the topics", path, reason, aside)
         else:
-            shutil.rmtree(path)
             log.warning("view store %s: %s; rebuilding from the topics", path, reason)
+        _empty(path)
     else:
         log.info("view store %s: %s; building it from the topics", path, reason)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    store = ViewStore(path, cache_mb)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = ViewStore(path, cache_mb)
+    except Exception as exc:  # noqa: BLE001 - a permission or disk problem: say where and what to set
+        raise StoreUnavailable(
+            f"cannot create the view store at {path} ({' '.join(str(exc).split())[:200]}); "
+            "set STREAMSTATE_API_STORE_PATH to a writable directory"
+        ) from None
     store.set_identity(identity)
     return Opened(store, reason)
+
+
+def _empty(path: Path) -> None:
+    """Remove what a directory holds, not the directory: it may be a mounted volume."""
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _unusable(path: Path, cache_mb: int, identity: dict) -> str | None:
@@ -203,7 +219,7 @@ def _unusable(path: Path, cache_mb: int, identity: dict) -> str | None:
         store = ViewStore(path, cache_mb)
     except Exception as exc:  # rocksdict raises plain exceptions for corruption and I/O errors
         if "lock" in str(exc).lower():
-            raise StoreBusy(
+            raise StoreUnavailable(
                 f"the view store {path} is in use by another process ({' '.join(str(exc).split())[:200]}); "
                 "stop it, or give this API its own STREAMSTATE_API_STORE_PATH"
             ) from None

@@ -331,7 +331,7 @@ def test_an_unreadable_or_foreign_store_is_set_aside_and_rebuilt(tmp_path):
     try:
         assert opened.rebuild_reason is not None and "unreadable" in opened.rebuild_reason
         assert StateView(opened.store, 3).empty
-        assert list(tmp_path.glob("store.corrupt-*")), "the corrupt store is kept for a look"
+        assert (tmp_path / "store.corrupt" / "CURRENT").exists(), "the corrupt store is kept for a look"
     finally:
         opened.store.close()
     foreign = open_store(path, 8, {**IDENTITY, "topics": {"sessions": "other"}})
