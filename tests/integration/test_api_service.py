@@ -133,7 +133,7 @@ def test_every_endpoint_against_published_state(bootstrap, api_topics, start_api
     )
 
 
-def test_readiness_flips_after_catch_up_and_a_restart_rebuilds_the_same_view(bootstrap, api_topics, start_api):
+def test_readiness_flips_after_catch_up_and_a_restart_serves_the_same_view_from_its_store(bootstrap, api_topics, start_api):
     count = 4_000
     publish(bootstrap, api_topics.sessions, [(f"u{i:05d}", session_snapshot(f"u{i:05d}", active=i % 2 == 0).to_json()) for i in range(count)])
     publish(bootstrap, api_topics.sessions, [(f"u{i:05d}", None) for i in range(0, count, 10)])
