@@ -11,13 +11,14 @@ every Spark figure; fresh checkpoints, consumer groups and output topics per run
 3. anomalies throughput: the anomalies job vs Quix Streams;
 4. latency: produce-to-alert p50/p99 at a steady 5,000 points/s;
 5. state scale: batch time with many vs few keys in state, same batch (``bench.state_scale``);
-6. API: p50/p99 at a fixed request rate on a large session view (``bench.api_latency``);
+6. API, for 1,000,000 and 10,000,000 users: RSS, cold rebuild, restart to ready with the
+   store present, p50/p99 at 1,000 and 2,500 requests/s from a second process (``bench.api_latency``);
 7. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
    standalone cluster (``bench.cluster_throughput``).
 
 Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 events over
-100,000 users, 1,000,000 points over 10,000 series, 1,000,000 keys in state and sessions in
-the API); ``--quick`` divides them by ten for a look in a few minutes. Before the measured Spark
+100,000 users, 1,000,000 points over 10,000 series, 1,000,000 keys in state, 1,000,000 and
+10,000,000 users in the API); ``--quick`` divides them by ten for a look in a few minutes. Before the measured Spark
 runs, one small warm-up run of each Spark query is discarded, as the Quix peers' start-up is.
 Writes ``bench/results.json`` and ``bench/results.md`` (after every figure, so a failure keeps
 what was measured) and prints the table. Nothing is asserted.
@@ -52,6 +53,7 @@ SIZES = {  # name -> (default: the issue's, --quick)
     "state_large": (1_000_000, 100_000),
     "state_small": (10_000, 10_000),
     "api_sessions": (1_000_000, 100_000),
+    "api_sessions_large": (10_000_000, 1_000_000),
 }
 WARM_UP_EVENTS = 20_000
 SEED = 20_261_122
@@ -80,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"default {default:,}, --quick {quick:,}")
     parser.add_argument("--latency-rate", type=int, default=5_000, help="points/s of the latency figure")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="seconds of load per latency run")
-    parser.add_argument("--api-rate", type=float, default=1_000.0, help="requests/s of the API figure")
+    parser.add_argument("--api-rates", default="1000,2500", help="comma-separated requests/s of the API figure")
     parser.add_argument("--api-seconds", type=float, default=10.0, help="seconds of load per API run")
     parser.add_argument("--out", type=Path, default=HERE / "results.json", help="JSON results (the .md goes next to it)")
     args = parser.parse_args(argv)
@@ -190,21 +192,23 @@ def api(args: argparse.Namespace) -> dict[str, Any]:
 
     from bench import api_latency
 
-    # One view rebuild (the API reading 1,000,000 snapshots from Kafka), then --runs periods of load.
-    result = api_latency.run(argparse.Namespace(sessions=args.api_sessions, rate=args.api_rate, duration=args.api_seconds, connections=32, runs=args.runs))
-    runs = result["runs"]
-    for index, run in enumerate(runs):
-        print(f"  API run {index + 1}/{args.runs}: p50 {run['overall']['p50_ms']} ms, p99 {run['overall']['p99_ms']} ms", flush=True)
-    return {
-        "sessions": result["sessions"],
-        "rebuild_s": result["rebuild_s"],
-        "rate_per_s": args.api_rate,
-        "seconds_per_run": args.api_seconds,
-        "median_p50_ms": statistics.median(r["overall"]["p50_ms"] for r in runs),
-        "median_p99_ms": statistics.median(r["overall"]["p99_ms"] for r in runs),
-        "median_api_cpu_ms_per_request": statistics.median(r["api_cpu_ms_per_request"] for r in runs),
-        "runs": runs,
-    }
+    rates = [float(r) for r in args.api_rates.split(",") if r]
+    # Per size: one cold rebuild, then --runs periods of load at each rate, then two restarts.
+    result = api_latency.run(argparse.Namespace(
+        sizes=[args.api_sessions, args.api_sessions_large], rates=rates, duration=args.api_seconds, connections=32, runs=args.runs,
+    ))
+    sizes = {}
+    for size, figures in result["sizes"].items():
+        at = {}
+        for rate, runs in figures["loads"].items():
+            at[rate] = {
+                "median_p50_ms": statistics.median(r["overall"]["p50_ms"] for r in runs),
+                "median_p99_ms": statistics.median(r["overall"]["p99_ms"] for r in runs),
+                "median_api_cpu_ms_per_request": statistics.median(r["api_cpu_ms_per_request"] for r in runs),
+            }
+            print(f"  API {int(size):,} users at {rate} req/s: p50 {at[rate]['median_p50_ms']} ms, p99 {at[rate]['median_p99_ms']} ms", flush=True)
+        sizes[size] = {**figures, "at_rate": at}
+    return {"seconds_per_run": args.api_seconds, "rates": rates, "sizes": sizes}
 
 
 def cluster(events: int) -> dict[str, Any]:

@@ -1,16 +1,18 @@
-"""Snapshot API latency at a fixed request rate on a view of 1,000,000 sessions.
+"""The snapshot API at scale: cold rebuild, restart with the store present, RSS, and latency
+at fixed request rates, for each view size.
 
-    .venv/bin/python bench/api_latency.py [--sessions N] [--rate R] [--duration S] [--out PATH]
+    .venv/bin/python bench/api_latency.py [--sizes 1000000,10000000] [--rates 1000,2500] [--duration S] [--runs N] [--out PATH]
 
-What it does, end to end through the real parts:
-1. starts the embedded broker (Tansu) and its topics;
-2. publishes N session snapshots to ``session-state`` (half with an open session) and a
+For each size, end to end through the real parts, on a fresh embedded broker:
+1. publishes N session snapshots to ``session-state`` (half with an open session) and a
    few thousand alerts: the view is *not* built in-process, the API rebuilds it from Kafka;
-3. starts the API (``python -m streamstate.api``) and times the rebuild until /readyz is 200;
-4. drives an open-loop load from a second process: requests are sent on a fixed schedule
-   whatever the answers do, and latency is measured from the scheduled send time, so a
-   stalled server shows up in the tail instead of silently lowering the rate;
-5. prints p50/p99 (overall and per route) and writes them as JSON.
+2. starts the API (``python -m streamstate.api``) on an empty store and times the cold
+   rebuild from process start until /readyz is 200; notes the RSS;
+3. at each rate, drives an open-loop load from a second process: requests are sent on a
+   fixed schedule whatever the answers do, and latency is measured from the scheduled send
+   time, so a stalled server shows up in the tail instead of silently lowering the rate;
+4. stops the API (SIGTERM, then SIGKILL) and times each restart to ready with the store present;
+5. prints p50/p99 (overall and per route) and writes everything as JSON.
 
 Request mix: 90 % ``GET /sessions/{random user}``, 10 % ``GET /sessions?limit=100&cursor=<random user>``.
 """
@@ -22,6 +24,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -192,6 +195,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU time of every live process in a process group (the API and its validation workers)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -203,60 +221,115 @@ def rss_mb(pid: int) -> float | None:
 
 
 # --------------------------------------------------------------------------- orchestration
-def run(args: argparse.Namespace) -> dict:
+def wait_ready(client, api, timeout_s: float = 3600) -> float:
+    """Seconds until /readyz answers 200 (the view caught up with the topics' ends)."""
+    import httpx
+
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        if not api.alive():
+            raise SystemExit(f"API exited:\n{api.tail()}")
+        try:
+            if client.get("/readyz").status_code == 200:
+                return time.perf_counter() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"API not ready after {timeout_s}s:\n{api.tail()}")
+
+
+def metric(client, prefix: str) -> float:
+    metrics = client.get("/metrics").text
+    return next(float(line.rpartition(" ")[2]) for line in metrics.splitlines() if line.startswith(prefix))
+
+
+def view_size(client) -> int:
+    return int(metric(client, 'streamstate_api_view_size{view="sessions"}'))
+
+
+def run_size(args: argparse.Namespace, sessions: int) -> dict:
+    """One view size on a fresh broker: cold rebuild, RSS, load at each rate, restarts with the store present."""
     import httpx
 
     from streamstate.settings import Settings
     from streamstate.stack import EmbeddedStack, free_port
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port())
-    with EmbeddedStack(settings=settings, workdir=workdir, quiet=False) as stack:
-        stack.start_broker()
-        bootstrap = stack.settings.bootstrap_servers
-        print(f"publishing {args.sessions:,} session snapshots ...", flush=True)
-        publish_s = publish_sessions(bootstrap, stack.settings.topic_session_state, args.sessions)
-        publish_alerts(bootstrap, stack.settings.topic_alerts, 5_000)
-        print(f"published in {publish_s:.1f}s; starting the API", flush=True)
-        started = time.perf_counter()
-        api = stack.start_api()
-        url = f"http://{stack.settings.api_host}:{stack.settings.api_port}"
-        with httpx.Client(base_url=url, timeout=5) as client:
-            while True:
-                if not api.alive():
-                    raise SystemExit(f"API exited:\n{api.tail()}")
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.25)
-            rebuild_s = time.perf_counter() - started
-            sizes = client.get("/metrics").text
-        view_sessions = next(
-            float(line.rpartition(" ")[2]) for line in sizes.splitlines() if line.startswith('streamstate_api_view_size{view="sessions"}')
-        )
-        print(f"view rebuilt in {rebuild_s:.1f}s: {view_sessions:,.0f} sessions, API RSS {rss_mb(api.pid)} MB", flush=True)
-        runs = [drive_once(args, url, api.pid, index) for index in range(args.runs)]
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port(), api_store_path=workdir / "api-store")
+    try:
+        with EmbeddedStack(settings=settings, workdir=workdir, quiet=False) as stack:
+            stack.start_broker()
+            bootstrap = stack.settings.bootstrap_servers
+            print(f"publishing {sessions:,} session snapshots ...", flush=True)
+            publish_s = publish_sessions(bootstrap, stack.settings.topic_session_state, sessions)
+            publish_alerts(bootstrap, stack.settings.topic_alerts, 5_000)
+            print(f"published in {publish_s:.1f}s; starting the API on an empty store", flush=True)
+            url = f"http://{stack.settings.api_host}:{stack.settings.api_port}"
+            with httpx.Client(base_url=url, timeout=5) as client:
+                api = stack.start_api()
+                rebuild_s = wait_ready(client, api)
+                rebuild_cpu_s = group_cpu_seconds(api.pid)
+                size = view_size(client)
+                # The follower's own catch-up: from its first fetch (after start-up and the end probe) to the last record.
+                follower_s = metric(client, "streamstate_api_catch_up_seconds ")
+                follower_records = metric(client, "streamstate_api_catch_up_records ")
+                rss_rebuilt = rss_mb(api.pid)
+                print(f"cold rebuild: {size:,} sessions in {rebuild_s:.1f}s ({size / rebuild_s:,.0f}/s from process start; "
+                      f"the follower's catch-up {follower_s:.1f}s), "
+                      f"API RSS {rss_rebuilt} MB", flush=True)
+                loads = {
+                    f"{rate:g}": [drive_once(args, url, api.pid, index, rate, sessions) for index in range(args.runs)]
+                    for rate in args.rates
+                }
+                rss_loaded = rss_mb(api.pid)
+                restarts = {}
+                for how in ("sigterm", "sigkill"):
+                    api.stop() if how == "sigterm" else api.kill()
+                    api = stack.start_api()
+                    restarts[how] = round(wait_ready(client, api), 2)
+                    print(f"restart after {how} to ready with the store present: {restarts[how]}s", flush=True)
+                assert view_size(client) == size, "the restarted view lost sessions"
+                rss_restarted = rss_mb(api.pid)
+                store_mb = round(sum(f.stat().st_size for f in settings.api_store_path.rglob("*") if f.is_file()) / 1e6, 1)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return {
-        "benchmark": "snapshot API latency, open-loop fixed rate",
-        "view": "published to the embedded broker and rebuilt by the API process from session-state",
-        "sessions": int(view_sessions),
-        "target_rate_per_s": args.rate,
-        "duration_s": args.duration,
-        "rebuild_s": round(rebuild_s, 2),
-        "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
-        "runs": runs,
+        "sessions": size,
+        "publish_s": round(publish_s, 1),
+        "cold_rebuild_s": round(rebuild_s, 2),
+        "cold_rebuild_per_s": round(size / rebuild_s),
+        "cold_rebuild_follower_s": round(follower_s, 2),
+        # CPU of the API and its validation workers until ready (start-up included): unlike the
+        # wall time, this does not depend on what else runs on the machine.
+        "cold_rebuild_cpu_s": round(rebuild_cpu_s, 1),
+        "cold_rebuild_cpu_us_per_snapshot": round(rebuild_cpu_s * 1e6 / max(size, 1), 1),
+        "cold_rebuild_follower_per_s": round(follower_records / follower_s) if follower_s else None,
+        "restart_to_ready_s": restarts,
+        "api_rss_mb": {"rebuilt": rss_rebuilt, "after_load": rss_loaded, "restarted": rss_restarted},
+        "store_disk_mb": store_mb,
+        "loads": loads,
     }
 
 
-def drive_once(args: argparse.Namespace, url: str, api_pid: int, index: int) -> dict:
+def run(args: argparse.Namespace) -> dict:
+    sizes = {f"{n}": run_size(args, n) for n in args.sizes}
+    return {
+        "benchmark": "snapshot API: cold rebuild, restart with the store, RSS, open-loop latency at fixed rates",
+        "view": "published to the embedded broker, rebuilt by the API process from session-state into its store",
+        "duration_s": args.duration,
+        "rates": args.rates,
+        "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",
+        "sizes": sizes,
+    }
+
+
+def drive_once(args: argparse.Namespace, url: str, api_pid: int, index: int, rate: float, sessions: int) -> dict:
     """One period of load from a second process against the running API; its latencies and costs."""
-    print(f"driving {args.rate:.0f} req/s for {args.duration:.0f}s from a second process (run {index + 1}) ...", flush=True)
+    print(f"driving {rate:.0f} req/s for {args.duration:.0f}s from a second process (run {index + 1}) ...", flush=True)
     cpu_before = cpu_seconds(api_pid)
     driver = subprocess.run(
-        [sys.executable, __file__, "--drive", url, "--rate", str(args.rate), "--duration", str(args.duration),
-         "--sessions", str(args.sessions), "--connections", str(args.connections), "--seed", str(7 + index)],
+        [sys.executable, __file__, "--drive", url, "--rate", str(rate), "--duration", str(args.duration),
+         "--sessions", str(sessions), "--connections", str(args.connections), "--seed", str(7 + index)],
         capture_output=True, text=True, check=True, timeout=args.duration * 3 + 60,
     )
     load = json.loads(driver.stdout)
@@ -279,8 +352,10 @@ def drive_once(args: argparse.Namespace, url: str, api_pid: int, index: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=1_000_000)
-    parser.add_argument("--rate", type=float, default=1000.0, help="requests per second")
+    parser.add_argument("--sizes", default="1000000", help="comma-separated view sizes (sessions), each on a fresh broker")
+    parser.add_argument("--rates", default="1000,2500", help="comma-separated request rates per second")
+    parser.add_argument("--sessions", type=int, default=1_000_000, help=argparse.SUPPRESS)  # the driver's user range
+    parser.add_argument("--rate", type=float, default=1000.0, help=argparse.SUPPRESS)  # the driver's rate
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load generator")
     parser.add_argument("--runs", type=int, default=1, help="periods of load against the same API (one view rebuild)")
@@ -293,13 +368,17 @@ def main() -> None:
         print(json.dumps(result))
         return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    args.sizes = [int(n) for n in args.sizes.split(",") if n]
+    args.rates = [float(r) for r in args.rates.split(",") if r]
     result = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    for index, period in enumerate(result["runs"]):
-        overall = period["overall"]
-        print(f"run {index + 1}: p50 {overall['p50_ms']} ms, p99 {overall['p99_ms']} ms over {overall['count']:,} requests "
-              f"at {period['achieved_send_rate_per_s']} req/s ({period['errors']} errors)")
+    for size, figures in result["sizes"].items():
+        for rate, periods in figures["loads"].items():
+            for index, period in enumerate(periods):
+                overall = period["overall"]
+                print(f"{int(size):,} sessions, {rate} req/s, run {index + 1}: p50 {overall['p50_ms']} ms, p99 {overall['p99_ms']} ms "
+                      f"over {overall['count']:,} requests ({period['errors']} errors, API CPU {period['api_cpu_ms_per_request']} ms/request)")
     print(f"written to {args.out}")
 
 

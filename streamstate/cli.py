@@ -122,6 +122,8 @@ def show_config(args: argparse.Namespace, settings: Settings) -> int:
         default = field.default if field.default_factory is None else field.default_factory()
         value = getattr(settings, name) if not args.markdown else default
         shown = "" if value is None else str(value).replace(str(REPO_ROOT), "<repo>")
+        if value is not None and (field.json_schema_extra or {}).get("secret"):
+            shown = "<set>"  # a secret is never printed
         rows.append((f"STREAMSTATE_{name.upper()}", shown, field.description or ""))
     if args.markdown:
         print("\n".join(["| " + " | ".join(rows[0]) + " |", "|---|---|---|"] + [f"| `{a}` | `{b}` | {c} |" for a, b, c in rows[1:]]))

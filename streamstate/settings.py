@@ -147,6 +147,26 @@ class Settings(BaseSettings):
         "(the embedded broker under-reports its high watermark).",
     )
     api_retry_s: float = Field(2.0, gt=0, description="Pause between the API's attempts to reach Kafka.")
+    api_store_path: Path = Field(
+        REPO_ROOT / "var" / "api-store",
+        description="Directory of the API's view store (RocksDB): latest snapshots and consumed offsets, so a restart "
+        "resumes instead of rebuilding; missing or corrupt, it is rebuilt from the topics.",
+    )
+    api_store_cache_mb: int = Field(
+        64, ge=8, description="Block cache of the API's view store (MB): bounds the memory its reads keep."
+    )
+    api_token: str | None = Field(
+        None,
+        description="Bearer token the API's data endpoints require (Authorization: Bearer <token>); unset: no "
+        "token. /healthz, /readyz and /metrics stay open.",
+        json_schema_extra={"secret": True},
+    )
+    api_max_connections: int = Field(
+        1000, ge=1, description="Concurrent connections the API accepts; beyond, requests get 503."
+    )
+    api_max_streams: int = Field(
+        100, ge=1, description="Concurrent /alerts/stream clients; beyond, new streams get 429."
+    )
 
     # --- Metrics ---------------------------------------------------------------
     sessions_metrics_port: int = Field(9101, ge=0, le=65535, description="Sessions job /metrics port.")

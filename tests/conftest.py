@@ -25,7 +25,8 @@ def stack(tmp_path_factory) -> EmbeddedStack:
     """The embedded stack with its broker running and the pipeline topics created."""
     workdir = tmp_path_factory.mktemp("stack")
     # Two state partitions: one task per core here; more only adds per-task overhead to every batch.
-    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), shuffle_partitions=2)
+    # The API's view store in the session's directory too: never the checkout's var/ (a running `make run` holds it).
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), shuffle_partitions=2, api_store_path=workdir / "api-store")
     embedded = EmbeddedStack(settings=settings, workdir=workdir, quiet=True)
     embedded.start_broker()
     yield embedded

@@ -1,21 +1,70 @@
-"""``python -m streamstate.api``: serve the snapshot API on ``api_host:api_port``."""
+"""``streamstate-api`` / ``python -m streamstate.api``: serve the snapshot API.
+
+    streamstate-api [--host HOST] [--port PORT] [--bootstrap-servers SERVERS] [--version]
+
+Flags as uvicorn's (``--host``, ``--port``) and as the project's other commands
+(``--bootstrap-servers``); each overrides its setting (``STREAMSTATE_API_HOST``, ...).
+
+Server stack, chosen by measurement (docs/api-store.md, "Serving"): one uvicorn process
+with the uvloop event loop and the httptools HTTP parser. Responses are stored bytes
+spliced together (no JSON library on the hot path), so what is left per request is the
+server's and FastAPI's own work; a second worker process would need a second copy of the
+view or a shared store between processes, and on two cores it would compete with the
+follower and with the clients for the same CPU.
+"""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
+from importlib.metadata import PackageNotFoundError, version
 
 import uvicorn
 
-from streamstate.api.app import create_app
 from streamstate.settings import Settings
 
 
-def main() -> None:
-    """Run the API under uvicorn until SIGINT/SIGTERM (uvicorn stops the follower via the lifespan)."""
-    settings = Settings()
+def _version() -> str:
+    try:
+        return version("streamstate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="streamstate-api",
+        description="Serve the snapshot API (sessions, series, alerts) from a local view of the state topics.",
+    )
+    parser.add_argument("--host", help="Bind socket to this host (default: STREAMSTATE_API_HOST, 127.0.0.1).")
+    parser.add_argument("--port", type=int, help="Bind socket to this port (default: STREAMSTATE_API_PORT, 8000).")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings).")
+    parser.add_argument("--version", action="version", version=f"streamstate-api {_version()}")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {"api_host": args.host, "api_port": args.port, "bootstrap_servers": args.bootstrap_servers}
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the API until SIGINT/SIGTERM (the lifespan stops the follower and closes the store)."""
+    settings = settings_from(parse_args(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # No access log: at a thousand requests a second it would cost more than the requests; /metrics counts them.
-    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port, access_log=False, log_level="info")
+    from streamstate.api.app import create_app
+    from streamstate.api.store import StoreUnavailable
+
+    try:
+        app = create_app(settings)
+    except StoreUnavailable as exc:
+        sys.exit(f"streamstate-api: {exc}")
+    # No access log: at thousands of requests a second it would cost more than the requests; /metrics counts them.
+    uvicorn.run(
+        app, host=settings.api_host, port=settings.api_port, loop="uvloop", http="httptools",
+        limit_concurrency=settings.api_max_connections, access_log=False, log_level="info",
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +32,12 @@ class _ViewCollector(Collector):
         for name, size in self._view.sizes().items():
             sizes.add_metric([name], size)
         yield sizes
+        stale = CounterMetricFamily(
+            "streamstate_api_stale_records",
+            "Snapshots ignored because the view already had a newer one by event time (or had deleted it later).",
+        )
+        stale.add_metric([], self._view.stale_records)
+        yield stale
         zscores = GaugeMetricFamily(
             "streamstate_series_zscore",
             f"Last z-score of each series in the view (the {ZSCORE_SERIES_CAP} with the largest |z|).",
@@ -69,6 +75,12 @@ class ApiMetrics:
             "streamstate_api_bad_records", "Records on the followed topics that failed to decode.", ["topic"], registry=r
         )
         self.sse_clients = Gauge("streamstate_api_sse_clients", "Connected alert-stream clients.", registry=r)
+        self.catch_up_seconds = Gauge(
+            "streamstate_api_catch_up_seconds", "How long the view took to catch up at start (0 until it has).", registry=r
+        )
+        self.catch_up_records = Gauge(
+            "streamstate_api_catch_up_records", "Records consumed to catch up at start (a rebuild: the whole topics).", registry=r
+        )
         r.register(_ViewCollector(view))
         ProcessCollector(registry=r)
 

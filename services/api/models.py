@@ -57,3 +57,7 @@ class ReadinessReport(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+
+
+NOT_FOUND = {404: {"model": Problem, "description": "No such key in the view."}}
+UNAUTHORIZED = {401: {"model": Problem, "description": "Missing or wrong bearer token (when the API requires one)."}}

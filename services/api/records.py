@@ -32,6 +32,7 @@ class SessionRecord:
     user_id: str
     body: bytes
     active: bool
+    ts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class SeriesRecord:
     series_id: str
     body: bytes
     last_z: float | None
+    ts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +70,22 @@ _MODELS: dict[Source, tuple[type[BaseModel], str]] = {
 
 def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
     """One Kafka record of ``source`` as a view record, or :class:`ContractError` with the reason."""
+    return build(source, summarize(source, key, value), value)
+
+
+# What validation keeps of a record besides its bytes, as a plain tuple (cheap to send back
+# from a worker process): ("t", key) | ("s", user_id, active, ts) | ("m", series_id, last_z, ts)
+# | ("a", alert_id, kind, entity, ts).
+Summary = tuple
+
+
+def summarize(source: Source, key: bytes | None, value: bytes | None) -> Summary:
+    """Validate one record strictly against its contract; what the view needs of it, or :class:`ContractError`."""
     key_text = decode_utf8(key, "key")
     if key_text is None:
         raise ContractError("key is null")
     if value is None:
-        return Tombstone(key_text)
+        return ("t", key_text)
     model, key_field = _MODELS[source]
     try:
         parsed = model.model_validate_json(decode_utf8(value, "value"), strict=True)
@@ -80,10 +93,33 @@ def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
         raise ContractError(explain(exc)) from None
     if getattr(parsed, key_field) != key_text:
         raise ContractError(f"key {key_text!r} does not match {key_field} {getattr(parsed, key_field)!r}")
-    body = bytes(value)
     if isinstance(parsed, SessionSnapshot):
-        return SessionRecord(parsed.user_id, body, parsed.open_session is not None)
+        return ("s", parsed.user_id, parsed.open_session is not None, parsed.ts)
     if isinstance(parsed, MetricSnapshot):
-        return SeriesRecord(parsed.series_id, body, parsed.last_z)
+        return ("m", parsed.series_id, parsed.last_z, parsed.ts)
     assert isinstance(parsed, Alert)
-    return AlertRecord(parsed.alert_id, parsed.kind, parsed.entity, parsed.ts, body)
+    return ("a", parsed.alert_id, parsed.kind, parsed.entity, parsed.ts)
+
+
+def summarize_batch(sources: list[str], keys: list[bytes | None], values: list[bytes | None]) -> list[Summary | str]:
+    """:func:`summarize` over a batch (run in a worker process); a refused record gives its reason."""
+    out: list[Summary | str] = []
+    for source, key, value in zip(sources, keys, values):
+        try:
+            out.append(summarize(Source(source), key, value))
+        except ContractError as exc:
+            out.append(exc.reason)
+    return out
+
+
+def build(source: Source, summary: Summary, value: bytes | None) -> Record:
+    """The view record of a validated record: its summary plus its bytes as they arrived."""
+    kind = summary[0]
+    if kind == "t":
+        return Tombstone(summary[1])
+    body = bytes(value)
+    if kind == "s":
+        return SessionRecord(summary[1], body, summary[2], summary[3])
+    if kind == "m":
+        return SeriesRecord(summary[1], body, summary[2], summary[3])
+    return AlertRecord(summary[1], summary[2], summary[3], summary[4], body)

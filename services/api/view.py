@@ -1,31 +1,62 @@
-"""The in-memory view the API serves: latest session and series snapshots, recent alerts.
+"""The view the API serves: latest session and series snapshots (in the RocksDB store of
+:mod:`streamstate.api.store`), the newest alerts, and the source offsets they reflect.
 
-Pure data structure, no Kafka: the follower thread feeds it decoded records with their
-source coordinates, request handlers query it. One lock covers the indexes *and* the
-source positions, so every answer comes with exactly the offsets it reflects.
+No Kafka here: the follower feeds decoded records with their source coordinates, request
+handlers query. Each consumed batch becomes one atomic store write holding the values and
+the offsets after them, so the store never holds values without their offsets or the
+reverse. Positions are published (a new dict, never mutated) only after the write, and
+readers take the positions *before* the data: an answer reflects at least the offsets it
+names.
 
-Listing order: sessions are kept in a ``SortedList`` of user ids next to the dict that
-answers lookups. A page is "the next ``limit`` ids after the cursor id" (a bisect, O(log n)),
-so a page boundary is a key, not a position: inserts and removals between two page
-requests never shift later pages, and every id present during the whole walk is returned
-exactly once. An offset cursor would skip or repeat ids under concurrent inserts, and a
-snapshot per walk would cost memory per client.
+Which snapshot wins (partitions added, replays, a user moving between partitions): the
+newer by event time ``ts``; on equal ``ts`` the later-arriving one (a session closed by the
+watermark changes its snapshot without a newer event). A tombstone deletes the key and
+leaves a *grave* with the deleted snapshot's ``ts``: a snapshot arriving later with a ``ts``
+at or before it is an older copy and is ignored, a newer one brings the key back (the user
+returned after expiry). A tombstone for a key the view does not hold changes nothing (there
+is no event time to remember). Records ignored as older are counted
+(``streamstate_api_stale_records_total``).
+
+Listing order: a session page is "the next ``limit`` user ids after the cursor id" in the
+store's key order (the UTF-8 bytes of the id: the same order as Python's ``str``), so a page
+boundary is a key, not a position: inserts and removals between two page requests never
+shift later pages, and every id present during the whole walk is returned exactly once.
+
+Alerts: the newest ``max_alerts`` distinct alert ids are kept in memory (bounded by the
+setting, not by users) for the filters, and in the store so that a restart has them at once.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 
 from sortedcontainers import SortedList
 
 from streamstate.api.records import AlertRecord, Record, SeriesRecord, SessionRecord, Source, Tombstone
+from streamstate.api.store import (
+    ACTIVE,
+    ALERT,
+    SERIES,
+    SERIES_GRAVE,
+    SERIES_HEAD,
+    SESSION,
+    SESSION_GRAVE,
+    SESSION_HEAD,
+    TS,
+    ViewStore,
+    key_bytes,
+    key_text,
+)
 
 # (source, partition, offset, record or None for a record that failed to decode)
 Consumed = tuple[Source, int, int, Record | None]
+_SESSION_BODY = SESSION_HEAD.size
+_SERIES_BODY = SERIES_HEAD.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,146 +67,263 @@ class Page:
     last_key: str | None
 
 
-@dataclass(slots=True)
-class _OrderedKeys:
-    """Keys in sort order, for cursor pages."""
-
-    keys: SortedList = field(default_factory=SortedList)
-
-    def add(self, key: str) -> None:
-        if not self._has(key):
-            self.keys.add(key)
-
-    def discard(self, key: str) -> None:
-        if self._has(key):
-            self.keys.remove(key)
-
-    def _has(self, key: str) -> bool:
-        index = self.keys.bisect_left(key)
-        return index < len(self.keys) and self.keys[index] == key
-
-    def after(self, cursor: str | None, limit: int) -> tuple[list[str], bool]:
-        """Up to ``limit`` keys greater than ``cursor``, and whether more follow."""
-        taken = list(islice(self.keys.irange(minimum=cursor, inclusive=(False, False)), limit + 1))
-        return taken[:limit], len(taken) > limit
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
 class StateView:
     """Latest snapshot per user and per series, and the newest ``max_alerts`` distinct alerts."""
 
-    def __init__(self, max_alerts: int):
-        self._lock = threading.Lock()
+    def __init__(self, store: ViewStore, max_alerts: int):
+        self._store = store
         self._max_alerts = max_alerts
-        # Values are plain (body, flag) tuples, not records: CPython's cyclic GC stops tracking
-        # tuples of strings/bytes/numbers, so a million entries do not make each full collection
-        # (and the requests waiting behind it) take a second; records are built on read.
-        self._sessions: dict[str, tuple[bytes, bool]] = {}
-        self._session_order = _OrderedKeys()
-        self._active_order = _OrderedKeys()
-        self._series: dict[str, tuple[bytes, float | None]] = {}
+        self._write_lock = threading.Lock()  # one batch at a time (the follower; tests call apply too)
+        self._lock = threading.Lock()  # the alert log and the published positions
+        self.stale_records = 0
         self._alerts: dict[str, AlertRecord] = {}
         self._alert_order: SortedList = SortedList()  # (ts, alert_id): newest last
-        self._positions: dict[Source, dict[int, int]] = {source: {} for source in Source}
+        self._load()
+
+    def _load(self) -> None:
+        self._counters = self._store.counters()
+        stored = self._store.offsets()
+        self._positions: dict[Source, dict[int, int]] = {
+            source: {p: o for (s, p), o in stored.items() if s == source.value} for source in Source
+        }
+        self._alerts.clear()
+        self._alert_order.clear()
+        for _, body in self._store.scan(ALERT):
+            parsed = json.loads(body)
+            self._keep_alert(AlertRecord(parsed["alert_id"], parsed["kind"], parsed["entity"], parsed["ts"], body))
+        evicted = self._evict_alerts()
+        if evicted:
+            self._store.write({ALERT + key_bytes(a): None for a in evicted}, {}, {})
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def empty(self) -> bool:
+        """Nothing consumed yet (a new or reset store)."""
+        return not any(self._positions.values())
+
+    def stored_positions(self) -> dict[tuple[Source, int], int]:
+        return {(s, p): o for s, parts in self._positions.items() for p, o in parts.items()}
+
+    def topic_ids(self) -> dict[str, str]:
+        """The Kafka topic ids the stored view was built from (empty before the first check)."""
+        return dict((self._store.identity() or {}).get("topic_ids", {}))
+
+    def remember_topic_ids(self, ids: dict[str, str]) -> None:
+        identity = self._store.identity() or {}
+        self._store.set_identity({**identity, "topic_ids": {**identity.get("topic_ids", {}), **ids}})
+
+    def reset(self) -> None:
+        """Forget everything (a store built from topics that have since been recreated)."""
+        with self._write_lock:
+            self._store.clear()
+            with self._lock:
+                self._load()
 
     # ------------------------------------------------------------------ writing
     def track(self, source: Source, partitions: Iterable[int]) -> None:
         """Declare the partitions of a source, so freshness lists them before their first record."""
         with self._lock:
+            positions = dict(self._positions[source])
             for partition in partitions:
-                self._positions[source].setdefault(partition, 0)
+                positions.setdefault(partition, 0)
+            self._positions[source] = positions
 
     def apply(self, batch: Iterable[Consumed]) -> list[AlertRecord]:
-        """Apply consumed records in order; returns the alerts that entered the view (not duplicates)."""
-        new_alerts: list[AlertRecord] = []
-        with self._lock:
+        """Apply consumed records in order, as one atomic store write; returns the alerts that
+        entered the view (not duplicates)."""
+        batch = list(batch)
+        with self._write_lock:
+            current = self._current(batch)
+            puts: dict[bytes, bytes | None] = {}
+            counters = dict(self._counters)
+            positions = {source: dict(parts) for source, parts in self._positions.items()}
+            changed: dict[tuple[str, int], int] = {}
+            alerts: list[Record] = []
             for source, partition, offset, record in batch:
                 if record is not None:
                     if source is Source.SESSIONS:
-                        self._apply_session(record)
+                        self._apply_session(record, current, puts, counters)
                     elif source is Source.SERIES:
-                        self._apply_series(record)
-                    elif self._apply_alert(record):
-                        new_alerts.append(record)
-                positions = self._positions[source]
-                positions[partition] = max(positions.get(partition, 0), offset + 1)
+                        self._apply_series(record, current, puts, counters)
+                    else:
+                        alerts.append(record)
+                next_offset = max(positions[source].get(partition, 0), offset + 1)
+                positions[source][partition] = next_offset
+                changed[(source.value, partition)] = next_offset
+            with self._lock:
+                new_alerts = self._apply_alerts(alerts, puts)
+            self._store.write(puts, changed, counters)
+            with self._lock:
+                self._counters = counters
+                self._positions = positions
         return new_alerts
 
-    def _apply_session(self, record: Record) -> None:
+    def _current(self, batch: list[Consumed]) -> dict[bytes, bytes | None]:
+        """The stored values the batch's snapshots are compared with (one multi-get). Graves are
+        read only when the store has any: a cold rebuild of a view without deletes skips half
+        the reads. A grave made by this batch is in the dict all the same (:func:`_set`)."""
+        keys: dict[bytes, None] = {}
+        graves = self._counters["graves"] > 0
+        for source, _, _, record in batch:
+            if record is None or source is Source.ALERTS:
+                continue
+            key = key_bytes(record.key if isinstance(record, Tombstone) else _record_key(record))
+            if source is Source.SESSIONS:
+                keys[SESSION + key] = None
+                if graves:
+                    keys[SESSION_GRAVE + key] = None
+            else:
+                keys[SERIES + key] = None
+                if graves:
+                    keys[SERIES_GRAVE + key] = None
+        names = list(keys)
+        return dict(zip(names, self._store.get_many(names)))
+
+    def _wins(self, ts: int, stored: bytes | None, grave: bytes | None) -> bool:
+        if stored is not None:
+            newer = ts >= TS.unpack_from(stored)[0]
+        else:
+            newer = grave is None or ts > TS.unpack(grave)[0]
+        if not newer:
+            self.stale_records += 1
+        return newer
+
+    def _apply_session(self, record: Record, current: dict, puts: dict, counters: dict[str, int]) -> None:
         if isinstance(record, Tombstone):
-            self._sessions.pop(record.key, None)
-            self._session_order.discard(record.key)
-            self._active_order.discard(record.key)
+            key = key_bytes(record.key)
+            stored = current[SESSION + key]
+            if stored is None:
+                return
+            ts, active = SESSION_HEAD.unpack_from(stored)
+            _set(current, puts, SESSION + key, None)
+            if current.get(SESSION_GRAVE + key) is None:
+                counters["graves"] += 1
+            _set(current, puts, SESSION_GRAVE + key, TS.pack(ts))
+            counters["sessions"] -= 1
+            if active:
+                puts[ACTIVE + key] = None
+                counters["active_sessions"] -= 1
             return
         assert isinstance(record, SessionRecord)
-        self._sessions[record.user_id] = (record.body, record.active)
-        self._session_order.add(record.user_id)
-        if record.active:
-            self._active_order.add(record.user_id)
+        key = key_bytes(record.user_id)
+        stored, grave = current[SESSION + key], current.get(SESSION_GRAVE + key)
+        if not self._wins(record.ts, stored, grave):
+            return
+        was_active = False
+        if stored is None:
+            counters["sessions"] += 1
+            if grave is not None:
+                _set(current, puts, SESSION_GRAVE + key, None)
+                counters["graves"] -= 1
         else:
-            self._active_order.discard(record.user_id)
+            was_active = bool(SESSION_HEAD.unpack_from(stored)[1])
+        _set(current, puts, SESSION + key, SESSION_HEAD.pack(record.ts, record.active) + record.body)
+        if record.active != was_active:
+            puts[ACTIVE + key] = b"" if record.active else None
+            counters["active_sessions"] += 1 if record.active else -1
 
-    def _apply_series(self, record: Record) -> None:
+    def _apply_series(self, record: Record, current: dict, puts: dict, counters: dict[str, int]) -> None:
         if isinstance(record, Tombstone):
-            self._series.pop(record.key, None)
-        else:
-            assert isinstance(record, SeriesRecord)
-            self._series[record.series_id] = (record.body, record.last_z)
+            key = key_bytes(record.key)
+            stored = current[SERIES + key]
+            if stored is not None:
+                _set(current, puts, SERIES + key, None)
+                if current.get(SERIES_GRAVE + key) is None:
+                    counters["graves"] += 1
+                _set(current, puts, SERIES_GRAVE + key, TS.pack(TS.unpack_from(stored)[0]))
+                counters["series"] -= 1
+            return
+        assert isinstance(record, SeriesRecord)
+        key = key_bytes(record.series_id)
+        stored, grave = current[SERIES + key], current.get(SERIES_GRAVE + key)
+        if not self._wins(record.ts, stored, grave):
+            return
+        if stored is None:
+            counters["series"] += 1
+            if grave is not None:
+                _set(current, puts, SERIES_GRAVE + key, None)
+                counters["graves"] -= 1
+        z = record.last_z
+        head = SERIES_HEAD.pack(record.ts, z is not None, z if z is not None else 0.0)
+        _set(current, puts, SERIES + key, head + record.body)
 
-    def _apply_alert(self, record: Record) -> bool:
-        if isinstance(record, Tombstone):
-            removed = self._alerts.pop(record.key, None)
-            if removed is not None:
-                self._alert_order.remove((removed.ts, removed.alert_id))
-            return False
-        assert isinstance(record, AlertRecord)
-        if record.alert_id in self._alerts:
-            return False
-        sort_key = (record.ts, record.alert_id)
-        if len(self._alerts) >= self._max_alerts:
-            if sort_key < self._alert_order[0]:
-                return False  # older than everything kept: it would be evicted at once
-            _, evicted = self._alert_order.pop(0)
-            del self._alerts[evicted]
+    def _apply_alerts(self, records: list[Record], puts: dict) -> list[AlertRecord]:
+        new_alerts = []
+        for record in records:
+            if isinstance(record, Tombstone):
+                removed = self._alerts.pop(record.key, None)
+                if removed is not None:
+                    self._alert_order.remove((removed.ts, removed.alert_id))
+                    puts[ALERT + key_bytes(record.key)] = None
+                continue
+            assert isinstance(record, AlertRecord)
+            if record.alert_id in self._alerts:
+                continue
+            if len(self._alerts) >= self._max_alerts and (record.ts, record.alert_id) < self._alert_order[0]:
+                continue  # older than everything kept: it would be evicted at once
+            self._keep_alert(record)
+            puts[ALERT + key_bytes(record.alert_id)] = record.body
+            for evicted in self._evict_alerts():
+                puts[ALERT + key_bytes(evicted)] = None
+            new_alerts.append(record)
+        return new_alerts
+
+    def _keep_alert(self, record: AlertRecord) -> None:
         self._alerts[record.alert_id] = record
-        self._alert_order.add(sort_key)
-        return True
+        self._alert_order.add((record.ts, record.alert_id))
+
+    def _evict_alerts(self) -> list[str]:
+        evicted = []
+        while len(self._alerts) > self._max_alerts:
+            _, alert_id = self._alert_order.pop(0)
+            del self._alerts[alert_id]
+            evicted.append(alert_id)
+        return evicted
 
     # ------------------------------------------------------------------ reading
     def positions(self, source: Source) -> dict[int, int]:
-        """Next offset per partition of ``source``: the view reflects every record before it."""
-        with self._lock:
-            return dict(self._positions[source])
+        """Next offset per partition of ``source``: the view reflects every record before it.
+        The dict is shared and never mutated: do not change it."""
+        return self._positions[source]
 
     def session(self, user_id: str) -> tuple[SessionRecord | None, dict[int, int]]:
-        with self._lock:
-            stored = self._sessions.get(user_id)
-            positions = dict(self._positions[Source.SESSIONS])
-        return (SessionRecord(user_id, *stored) if stored else None), positions
+        positions = self._positions[Source.SESSIONS]
+        stored = self._store.get(SESSION + key_bytes(user_id))
+        if stored is None:
+            return None, positions
+        ts, active = SESSION_HEAD.unpack_from(stored)
+        return SessionRecord(user_id, stored[_SESSION_BODY:], bool(active), ts), positions
 
     def sessions(self, after: str | None, limit: int, active_only: bool) -> tuple[Page, dict[int, int]]:
         """Sessions in user-id order after the user id ``after`` (None: from the start)."""
-        with self._lock:
-            order = self._active_order if active_only else self._session_order
-            keys, more = order.after(after, limit)
-            page = Page([self._sessions[k][0] for k in keys], keys[-1] if more else None)
-            return page, dict(self._positions[Source.SESSIONS])
+        positions = self._positions[Source.SESSIONS]
+        prefix = ACTIVE if active_only else SESSION
+        taken = list(islice(self._store.scan(prefix, None if after is None else key_bytes(after)), limit + 1))
+        more = len(taken) > limit
+        taken = taken[:limit]
+        if active_only:
+            values = self._store.get_many([SESSION + key[1:] for key, _ in taken])
+        else:
+            values = [value for _, value in taken]
+        items = [value[_SESSION_BODY:] for value in values if value is not None]
+        return Page(items, key_text(taken[-1][0][1:]) if more else None), positions
 
     def series(self, series_id: str) -> tuple[SeriesRecord | None, dict[int, int]]:
-        with self._lock:
-            stored = self._series.get(series_id)
-            positions = dict(self._positions[Source.SERIES])
-        return (SeriesRecord(series_id, *stored) if stored else None), positions
+        positions = self._positions[Source.SERIES]
+        stored = self._store.get(SERIES + key_bytes(series_id))
+        if stored is None:
+            return None, positions
+        ts, has_z, z = SERIES_HEAD.unpack_from(stored)
+        return SeriesRecord(series_id, stored[_SERIES_BODY:], z if has_z else None, ts), positions
 
     def alerts(
         self, kind: str | None, entity: str | None, since: int | None, limit: int
     ) -> tuple[list[bytes], dict[int, int]]:
         """Newest first by (ts, alert_id); ``since`` keeps alerts with ts >= since."""
         with self._lock:
+            positions = self._positions[Source.ALERTS]
             matches = islice(self._matching_alerts(kind, entity, since), limit)
-            return [record.body for record in matches], dict(self._positions[Source.ALERTS])
+            return [record.body for record in matches], positions
 
     def _matching_alerts(self, kind: str | None, entity: str | None, since: int | None) -> Iterator[AlertRecord]:
         for ts, alert_id in reversed(self._alert_order):
@@ -187,15 +335,27 @@ class StateView:
 
     def sizes(self) -> dict[str, int]:
         with self._lock:
-            return {
-                "sessions": len(self._sessions),
-                "active_sessions": len(self._active_order),
-                "series": len(self._series),
-                "alerts": len(self._alerts),
-            }
+            sizes = {name: n for name, n in self._counters.items() if name != "graves"}
+            return {**sizes, "alerts": len(self._alerts)}
 
     def top_zscores(self, count: int) -> list[tuple[str, float]]:
         """The ``count`` series with the largest |last z|, as (series_id, z)."""
-        with self._lock:
-            scored = [(series_id, z) for series_id, (_, z) in self._series.items() if z is not None]
+        scored = []
+        for key, value in self._store.scan(SERIES):
+            _, has_z, z = SERIES_HEAD.unpack_from(value)
+            if has_z:
+                scored.append((key_text(key[1:]), z))
         return heapq.nlargest(count, scored, key=lambda item: abs(item[1]))
+
+
+def _record_key(record: Record) -> str:
+    if isinstance(record, SessionRecord):
+        return record.user_id
+    assert isinstance(record, SeriesRecord)
+    return record.series_id
+
+
+def _set(current: dict, puts: dict, key: bytes, value: bytes | None) -> None:
+    """Write ``value`` and let later records of the same batch see it."""
+    current[key] = value
+    puts[key] = value

@@ -59,6 +59,8 @@ class ApiProcess:
             "STREAMSTATE_API_HOST": "127.0.0.1",
             "STREAMSTATE_API_PORT": str(self.port),
             "PYTHONUNBUFFERED": "1",
+            # Its own view store unless told (a restarted API is given its predecessor's).
+            "STREAMSTATE_API_STORE_PATH": str(log_path.parent / f"api-store-{topics.sessions}"),
             **topics.env(),
             **{f"STREAMSTATE_{k.upper()}": v for k, v in settings.items()},
         }

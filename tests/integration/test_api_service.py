@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import httpx
@@ -127,7 +133,7 @@ def test_every_endpoint_against_published_state(bootstrap, api_topics, start_api
     )
 
 
-def test_readiness_flips_after_catch_up_and_a_restart_rebuilds_the_same_view(bootstrap, api_topics, start_api):
+def test_readiness_flips_after_catch_up_and_a_restart_serves_the_same_view_from_its_store(bootstrap, api_topics, start_api):
     count = 4_000
     publish(bootstrap, api_topics.sessions, [(f"u{i:05d}", session_snapshot(f"u{i:05d}", active=i % 2 == 0).to_json()) for i in range(count)])
     publish(bootstrap, api_topics.sessions, [(f"u{i:05d}", None) for i in range(0, count, 10)])
@@ -222,3 +228,108 @@ def test_unreachable_broker_keeps_the_process_alive_and_not_ready(api_topics, st
     assert api.popen.poll() is None and api.get("/healthz").status_code == 200
     body = api.get("/sessions").json()
     assert body["items"] == [] and body["freshness"]["caught_up"] is False
+
+
+def test_a_token_guards_the_data_endpoints_and_leaves_probes_and_metrics_open(bootstrap, api_topics, start_api):
+    publish(bootstrap, api_topics.sessions, [("u1", session_snapshot("u1").to_json())])
+    api = start_api(api_topics, api_token="s3cret-token")
+    api.wait_ready()  # /readyz needs no token
+    good, wrong = {"Authorization": "Bearer s3cret-token"}, {"Authorization": "Bearer nope"}
+    for path in ("/sessions/u1", "/sessions", "/sessions?limit=1", "/series/cpu", "/alerts", "/alerts/stream"):
+        missing = api.client.get(path)
+        assert missing.status_code == 401, (path, missing.text)
+        assert "Authorization: Bearer" in missing.json()["detail"] and missing.headers["www-authenticate"].startswith("Bearer")
+        refused = api.client.get(path, headers=wrong)
+        assert refused.status_code == 401 and "not valid" in refused.json()["detail"], (path, refused.text)
+    assert api.client.get("/sessions/u1", headers=good).json()["session"]["user_id"] == "u1"
+    assert [i["user_id"] for i in api.client.get("/sessions", headers=good).json()["items"]] == ["u1"]
+    assert api.client.get("/series/cpu", headers=good).status_code == 404
+    assert api.client.get("/alerts", headers=good).status_code == 200
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert api.client.get(path).status_code == 200, path
+    schemes = api.client.get("/openapi.json").json()["components"]["securitySchemes"]
+    assert [s["scheme"] for s in schemes.values()] == ["bearer"]
+
+
+def test_streams_and_connections_beyond_their_limits_are_refused_with_a_message(api_topics, start_api):
+    api = start_api(api_topics, api_max_streams="2", api_max_connections="6")
+    api.wait_ready()
+    with httpx.Client(base_url=api.url, timeout=10) as client, contextlib.ExitStack() as streams:
+        lines = []  # kept: a line iterator dropped by the garbage collector closes its stream
+        for _ in range(2):
+            stream = streams.enter_context(client.stream("GET", "/alerts/stream"))
+            lines.append(stream.iter_lines())
+            assert stream.status_code == 200 and next(lines[-1]).startswith(":")
+        wait_until(lambda: api.metric("streamstate_api_sse_clients") == 2, 10, "two streams")
+        third = httpx.get(f"{api.url}/alerts/stream", timeout=10)
+        assert third.status_code == 429 and "too many alert streams" in third.json()["detail"]
+        assert third.headers["retry-after"]
+    # Both streams closed: a new one is accepted again.
+    with httpx.Client(base_url=api.url, timeout=10) as client, client.stream("GET", "/alerts/stream") as stream:
+        assert stream.status_code == 200
+    # Idle connections up to the limit: the next request is answered 503 at once, not left hanging.
+    idle = [socket.create_connection(("127.0.0.1", api.port)) for _ in range(6)]
+    try:
+        wait_until(lambda: httpx.get(f"{api.url}/healthz", timeout=5).status_code == 503, 10, "the connection limit")
+        over = httpx.get(f"{api.url}/healthz", timeout=5)
+        assert over.status_code == 503 and over.text == "Service Unavailable"
+    finally:
+        for connection in idle:
+            connection.close()
+    wait_until(lambda: httpx.get(f"{api.url}/healthz", timeout=5).status_code == 200, 10, "connections to be freed")
+
+
+def test_the_fast_path_answers_as_the_routers_do(bootstrap, api_topics, start_api):
+    users = [f"u{i:02d}" for i in range(12)]
+    publish(bootstrap, api_topics.sessions, [(u, session_snapshot(u, active=i % 2 == 0).to_json()) for i, u in enumerate(users)])
+    publish(bootstrap, api_topics.series, [("cpu", metric_snapshot("cpu", 1.5).to_json())])
+    api = start_api(api_topics)
+    api.wait_ready()
+    cursor = api.get("/sessions", limit=3)
+    # Each pair: a request the fast path answers, and one it leaves to FastAPI (an extra or
+    # differently spelled parameter) that must mean the same.
+    pairs = [
+        ("/sessions/u03", "/sessions/u03?unused=1"),
+        ("/series/cpu", "/series/cpu?unused=1"),
+        ("/sessions", "/sessions?limit=100&active=False"),
+        ("/sessions?limit=4&active=true", "/sessions?limit=4&active=1"),
+        (f"/sessions?limit=3&cursor={cursor.json()['next_cursor']}", f"/sessions?limit=+3&cursor={cursor.json()['next_cursor']}"),
+    ]
+    for fast, routed in pairs:
+        a, b = api.client.get(fast), api.client.get(routed)
+        assert (a.status_code, a.json()) == (b.status_code, b.json()), (fast, routed)
+        assert a.headers["content-type"] == b.headers["content-type"] == "application/json"
+    routes = {"/sessions/{user_id}": 2, "/series/{series_id}": 2, "/sessions": 7}
+    for route, count in routes.items():
+        assert api.metric("streamstate_api_requests_total", route=route, method="GET", status="200") == count, route
+    assert api.get("/sessions", limit="0").status_code == 422 and api.get("/sessions/nobody").status_code == 404
+
+
+def test_the_command_takes_host_port_and_bootstrap_servers_flags_like_uvicorn(bootstrap, api_topics, tmp_path):
+    command = [sys.executable, "-m", "streamstate.api"]
+    usage = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 0
+    for flag in ("--host", "--port", "--bootstrap-servers", "--version", "--help"):
+        assert flag in usage.stdout
+    version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("streamstate-api ")
+    port = free_port()
+    env = {**os.environ, **api_topics.env(), "STREAMSTATE_API_STORE_PATH": str(tmp_path / "store"),
+           "STREAMSTATE_BOOTSTRAP_SERVERS": "127.0.0.1:1", "STREAMSTATE_API_PORT": "1"}
+    with open(tmp_path / "api.log", "wb") as log:
+        process = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(port), "--bootstrap-servers", bootstrap],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_until(lambda: _ready(f"http://127.0.0.1:{port}"), 60, "the API started by flags to be ready")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(15)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -4,8 +4,9 @@
 
 Threads with keep-alive connections send GETs on a fixed schedule (rate per second over
 all threads, capped: no unbounded load) cycling through ``--paths``, and print one JSON
-object: requests answered, counts by status, transport errors, and the wall-clock time of
-each error (so a test can tell errors during a planned outage from errors after it).
+object: requests answered, counts by status (overall and per path, so a test can hold each
+path to its own tolerance), transport errors, and the wall-clock time of each error (so a
+test can tell errors during a planned outage from errors after it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def _worker(host: str, port: int, paths: list[str], start: int, step: int, inter
             response = connection.getresponse()
             response.read()
             out["statuses"][str(response.status)] += 1
+            out["by_path"].setdefault(path, Counter())[str(response.status)] += 1
         except (OSError, http.client.HTTPException) as exc:
             out["errors"].append((time.time(), f"{path}: {type(exc).__name__}"))
             connection.close()
@@ -49,7 +51,7 @@ def run_load(url: str, paths: list[str], duration_s: float, rate: float, threads
     address = urlsplit(url)
     rate = min(rate, MAX_RATE)
     until = time.monotonic() + duration_s
-    tallies = [{"statuses": Counter(), "errors": []} for _ in range(threads)]
+    tallies = [{"statuses": Counter(), "by_path": {}, "errors": []} for _ in range(threads)]
     workers = [
         threading.Thread(
             target=_worker, args=(address.hostname, address.port, paths, n, threads, threads / rate, until, tallies[n])
@@ -62,12 +64,17 @@ def run_load(url: str, paths: list[str], duration_s: float, rate: float, threads
     for worker in workers:
         worker.join()
     statuses = sum((t["statuses"] for t in tallies), Counter())
+    by_path: dict[str, Counter] = {}
+    for tally in tallies:
+        for path, counts in tally["by_path"].items():
+            by_path.setdefault(path, Counter()).update(counts)
     errors = sorted(e for t in tallies for e in t["errors"])
     return {
         "started": started,
         "seconds": time.time() - started,
         "answered": sum(statuses.values()),
         "statuses": dict(statuses),
+        "by_path": {path: dict(counts) for path, counts in sorted(by_path.items())},
         "errors": len(errors),
         "error_times": [t for t, _ in errors],
         "error_samples": [what for _, what in errors[:5]],

@@ -1,9 +1,12 @@
-"""The API's in-memory view, record decoding and cursors (pure: no broker, no server)."""
+"""The API's view (on its RocksDB store), record decoding and cursors (no broker, no server)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from itertools import islice
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,9 +14,37 @@ from hypothesis import strategies as st
 
 from streamstate.api.cursor import BadCursor, decode_cursor, encode_cursor
 from streamstate.api.records import AlertRecord, Source, Tombstone, decode
+from streamstate.api.store import open_store
 from streamstate.api.view import StateView
 from streamstate.contracts import ContractError, SessionSnapshot
 from tests.api_builders import alert, metric_snapshot, session_snapshot
+
+IDENTITY = {"format": 1, "topics": {"sessions": "s", "series": "m", "alerts": "a"}}
+_opened = []
+
+
+def new_view(max_alerts: int, path: Path | None = None) -> StateView:
+    """A view on a store of its own (a fresh temporary directory unless ``path`` is given)."""
+    temporary = path is None
+    if path is None:
+        path = Path(tempfile.mkdtemp(prefix="view-")) / "store"
+    opened = open_store(path, 8, IDENTITY)
+    _opened.append((opened.store, temporary))
+    return StateView(opened.store, max_alerts)
+
+
+def close_stores() -> None:
+    while _opened:
+        store, temporary = _opened.pop()
+        store.close()
+        if temporary:
+            shutil.rmtree(store.path.parent, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _close_stores():
+    yield
+    close_stores()
 
 
 def feed(view: StateView, source: Source, *records, partition: int = 0) -> list[AlertRecord]:
@@ -75,7 +106,7 @@ def test_bad_records_raise_a_one_line_reason(key, value, reason):
 
 # ------------------------------------------------------------------------ sessions
 def test_session_lookup_update_and_tombstone():
-    view = StateView(max_alerts=10)
+    view = new_view(max_alerts=10)
     put_sessions(view, session_snapshot("u1", ts=1), session_snapshot("u1", ts=2))
     record, positions = view.session("u1")
     assert json.loads(record.body)["ts"] == 2
@@ -86,7 +117,7 @@ def test_session_lookup_update_and_tombstone():
 
 
 def test_active_listing_follows_open_session_changes():
-    view = StateView(max_alerts=10)
+    view = new_view(max_alerts=10)
     put_sessions(view, session_snapshot("a", active=True), session_snapshot("b", active=False), session_snapshot("c"))
     assert walk(view, 10, active_only=True) == ["a", "c"]
     put_sessions(view, session_snapshot("a", active=False), session_snapshot("b", active=True))
@@ -96,7 +127,7 @@ def test_active_listing_follows_open_session_changes():
 
 
 def test_pages_cover_every_user_once_in_order():
-    view = StateView(max_alerts=10)
+    view = new_view(max_alerts=10)
     ids = [f"user-{i:03d}" for i in range(25)]
     put_sessions(view, *[session_snapshot(u) for u in reversed(ids)])
     assert walk(view, 7) == ids
@@ -113,7 +144,7 @@ def test_pages_cover_every_user_once_in_order():
     limit=st.integers(1, 9),
 )
 def test_walk_is_stable_under_concurrent_inserts_and_removals(initial, inserted, removed, limit):
-    view = StateView(max_alerts=10)
+    view = new_view(max_alerts=10)
     put_sessions(view, *[session_snapshot(u) for u in initial])
     survivors = set(initial) - set(removed)
     changes = iter([("put", u) for u in inserted] + [("drop", u) for u in removed])
@@ -125,14 +156,17 @@ def test_walk_is_stable_under_concurrent_inserts_and_removals(initial, inserted,
             else:
                 feed(view, Source.SESSIONS, (user, None))
 
-    seen = walk(view, limit, between_pages=mutate)
-    assert seen == sorted(seen) and len(seen) == len(set(seen)), "no repeats, in key order"
-    assert survivors <= set(seen), "every user present for the whole walk is returned"
+    try:
+        seen = walk(view, limit, between_pages=mutate)
+        assert seen == sorted(seen) and len(seen) == len(set(seen)), "no repeats, in key order"
+        assert survivors <= set(seen), "every user present for the whole walk is returned"
+    finally:
+        close_stores()
 
 
 # ------------------------------------------------------------------------ series
 def test_series_and_top_zscores():
-    view = StateView(max_alerts=10)
+    view = new_view(max_alerts=10)
     feed(
         view, Source.SERIES,
         *[(s.series_id, s.to_json()) for s in (metric_snapshot("a", 1.0), metric_snapshot("b", -7.5), metric_snapshot("c", None))],
@@ -146,7 +180,7 @@ def test_series_and_top_zscores():
 
 # ------------------------------------------------------------------------ alerts
 def test_alerts_deduplicated_newest_first_and_filtered():
-    view = StateView(max_alerts=100)
+    view = new_view(max_alerts=100)
     first, second, third = alert("u1", 10), alert("u2", 30), alert("s1", 20, kind="anomaly")
     new = feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in (first, second, first, third, second)])
     assert [a.alert_id for a in new] == [first.alert_id, second.alert_id, third.alert_id]
@@ -160,7 +194,7 @@ def test_alerts_deduplicated_newest_first_and_filtered():
 
 
 def test_alert_log_keeps_the_newest_max_alerts():
-    view = StateView(max_alerts=3)
+    view = new_view(max_alerts=3)
     alerts = [alert(f"u{i}", ts) for i, ts in enumerate([50, 10, 40, 30, 20])]
     new = feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in alerts])
     kept = [json.loads(b)["ts"] for b in view.alerts(None, None, None, 10)[0]]
@@ -170,14 +204,14 @@ def test_alert_log_keeps_the_newest_max_alerts():
 
 
 def test_bad_record_advances_the_position_and_changes_nothing():
-    view = StateView(max_alerts=3)
+    view = new_view(max_alerts=3)
     view.apply([(Source.SESSIONS, 1, 41, None)])
     assert view.positions(Source.SESSIONS) == {1: 42}
     assert view.sizes()["sessions"] == 0
 
 
 def test_tracked_partitions_start_at_zero():
-    view = StateView(max_alerts=3)
+    view = new_view(max_alerts=3)
     view.track(Source.ALERTS, [0, 1])
     assert view.positions(Source.ALERTS) == {0: 0, 1: 0}
 
@@ -197,3 +231,139 @@ def test_every_cursor_the_schema_allows_decodes(cursor):
 def test_malformed_cursor_is_refused_with_a_reason(cursor):
     with pytest.raises(BadCursor, match="not valid"):
         decode_cursor(cursor)
+
+
+# ------------------------------------------------------------------------ freshness, per partition
+def test_positions_are_per_partition_and_never_go_back():
+    view = new_view(max_alerts=3)
+    feed(view, Source.SESSIONS, ("a", session_snapshot("a").to_json()), partition=1)
+    feed(view, Source.SESSIONS, ("b", session_snapshot("b").to_json()), ("c", session_snapshot("c").to_json()), partition=0)
+    assert view.positions(Source.SESSIONS) == {0: 2, 1: 1}
+    view.apply([(Source.SESSIONS, 0, 0, None)])  # a re-delivered old offset does not move the position back
+    assert view.positions(Source.SESSIONS) == {0: 2, 1: 1}
+    assert view.positions(Source.SERIES) == {} and view.positions(Source.ALERTS) == {}
+
+
+def test_alert_ids_are_deduplicated_across_batches():
+    view = new_view(max_alerts=10)
+    first = alert("u1", 10)
+    assert [a.alert_id for a in feed(view, Source.ALERTS, (first.alert_id, first.to_json()))] == [first.alert_id]
+    assert feed(view, Source.ALERTS, (first.alert_id, first.to_json())) == []
+    assert len(view.alerts(None, None, None, 10)[0]) == 1
+
+
+# ------------------------------------------------------------------------ event time wins
+def test_an_older_snapshot_arriving_later_does_not_replace_a_newer_one():
+    view = new_view(max_alerts=3)
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", active=True, ts=2_000).to_json()), partition=0)
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", active=False, ts=1_000).to_json()), partition=1)
+    record, positions = view.session("u1")
+    assert record.ts == 2_000 and record.active is True
+    assert positions == {0: 1, 1: 1}, "the ignored record is still consumed"
+    assert view.stale_records == 1
+    # Equal event time: the later arrival wins (a session closed by the watermark keeps its ts).
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", active=False, ts=2_000).to_json()))
+    assert view.session("u1")[0].active is False
+    assert walk(view, 10, active_only=True) == []
+    assert view.sizes()["active_sessions"] == 0 and view.sizes()["sessions"] == 1
+
+
+def test_a_tombstone_deletes_and_an_older_copy_arriving_later_stays_deleted():
+    view = new_view(max_alerts=3)
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", ts=2_000).to_json()), ("u1", None))
+    assert view.session("u1")[0] is None
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", ts=2_000).to_json()), partition=1)
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", ts=1_500).to_json()), partition=1)
+    assert view.session("u1")[0] is None and view.stale_records == 2
+    # A newer snapshot brings the user back: it returned after expiry.
+    feed(view, Source.SESSIONS, ("u1", session_snapshot("u1", ts=2_001).to_json()), partition=1)
+    assert view.session("u1")[0].ts == 2_001
+    assert walk(view, 10) == ["u1"] and view.sizes()["sessions"] == 1
+
+
+def test_series_follow_the_same_event_time_rule():
+    view = new_view(max_alerts=3)
+    newer = metric_snapshot("cpu", 2.0).model_copy(update={"ts": 50})
+    older = metric_snapshot("cpu", 9.0).model_copy(update={"ts": 40})
+    feed(view, Source.SERIES, ("cpu", newer.to_json()), ("cpu", older.to_json()))
+    assert view.series("cpu")[0].last_z == 2.0
+    feed(view, Source.SERIES, ("cpu", None), ("cpu", older.to_json()))
+    assert view.series("cpu")[0] is None and view.sizes()["series"] == 0
+
+
+# ------------------------------------------------------------------------ the store
+def test_a_reopened_store_has_the_same_view_and_offsets(tmp_path):
+    view = new_view(max_alerts=2, path=tmp_path / "store")
+    put_sessions(view, session_snapshot("a"), session_snapshot("b", active=False))
+    feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 3.0).to_json()))
+    alerts = [alert(f"u{i}", ts) for i, ts in enumerate([10, 30, 20])]
+    feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in alerts])
+    before = (walk(view, 10), walk(view, 10, True), view.series("cpu"), view.alerts(None, None, None, 10), view.sizes())
+    positions = {source: view.positions(source) for source in Source}
+    close_stores()
+
+    again = new_view(max_alerts=2, path=tmp_path / "store")
+    assert (walk(again, 10), walk(again, 10, True), again.series("cpu"), again.alerts(None, None, None, 10), again.sizes()) == before
+    assert {source: again.positions(source) for source in Source} == positions
+    assert not again.empty
+    # A replayed alert that was evicted stays out; a known one stays a duplicate.
+    assert feed(again, Source.ALERTS, (alerts[0].alert_id, alerts[0].to_json()), (alerts[1].alert_id, alerts[1].to_json())) == []
+
+
+def test_reset_forgets_values_and_offsets():
+    view = new_view(max_alerts=3)
+    put_sessions(view, session_snapshot("a"))
+    view.reset()
+    assert view.empty and view.session("a")[0] is None and view.sizes()["sessions"] == 0
+    assert view.positions(Source.SESSIONS) == {}
+
+
+def test_an_unreadable_or_foreign_store_is_set_aside_and_rebuilt(tmp_path):
+    path = tmp_path / "store"
+    view = new_view(max_alerts=3, path=path)
+    put_sessions(view, session_snapshot("a"))
+    _opened.remove((view._store, False))
+    view._store.close()
+    for name in path.iterdir():
+        if name.name.startswith("MANIFEST"):
+            name.write_bytes(b"\x00garbage" * 100)
+    opened = open_store(path, 8, IDENTITY)
+    try:
+        assert opened.rebuild_reason is not None and "unreadable" in opened.rebuild_reason
+        assert StateView(opened.store, 3).empty
+        assert (tmp_path / "store.corrupt" / "CURRENT").exists(), "the corrupt store is kept for a look"
+    finally:
+        opened.store.close()
+    foreign = open_store(path, 8, {**IDENTITY, "topics": {"sessions": "other"}})
+    try:
+        assert "built from topics" in foreign.rebuild_reason
+    finally:
+        foreign.store.close()
+    assert open_store(tmp_path / "none", 8, IDENTITY).rebuild_reason.startswith("no store")
+
+
+# ------------------------------------------------------------------------ validation workers
+def test_worker_validation_gives_what_inline_validation_gives_in_order():
+    from streamstate.api.decoding import Decoder
+
+    rows = [
+        (Source.SESSIONS, 0, i, f"u{i}".encode(), session_snapshot(f"u{i}", active=i % 2 == 0, ts=i).to_json())
+        for i in range(50)
+    ]
+    rows += [(Source.SESSIONS, 0, 50, b"u1", None), (Source.SESSIONS, 0, 51, b"u2", b"{broken")]
+    batches = [rows[i:i + 7] for i in range(0, len(rows), 7)]
+    results = {}
+    for workers in (0, 2):
+        decoder = Decoder(workers)
+        try:
+            for batch in batches:
+                decoder.submit(batch)
+            results[workers] = [(r, s) for rows_, summaries in decoder.finished(wait=True) for r, s in zip(rows_, summaries)]
+            assert decoder.idle and decoder.parallel == (workers > 0)
+        finally:
+            decoder.close()
+    assert results[0] == results[2]
+    assert [row for row, _ in results[2]] == rows, "in consumption order"
+    summaries = [s for _, s in results[2]]
+    assert summaries[3] == ("s", "u3", False, 3) and summaries[50] == ("t", "u1")
+    assert isinstance(summaries[51], str) and "not valid JSON" in summaries[51]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from streamstate.api.metrics import ApiMetrics
+from streamstate.api.store import open_store
 from streamstate.api.view import StateView
 from streamstate.jobs.metrics import JobMetrics
 from streamstate.observability import DASHBOARDS_DIR, DATASOURCE_UID, load_dashboards, panel_queries, panels
@@ -34,7 +36,8 @@ HOST_LIKE = re.compile(r"instance\s*[=!]~?|localhost|\b\d{1,3}(\.\d{1,3}){3}\b|\
 def exported_metric_names() -> set[str]:
     """Every series name the jobs and the API export (families with their suffixes)."""
     names: set[str] = set()
-    registries = [JobMetrics(job="sessions").registry, ApiMetrics(StateView(10)).registry]
+    store = open_store(Path(tempfile.mkdtemp(prefix="dashboards-")) / "store", 8, {"format": 1}).store
+    registries = [JobMetrics(job="sessions").registry, ApiMetrics(StateView(store, 10)).registry]
     for registry in registries:
         for family in registry.collect():
             suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}.get(family.type, [""])

@@ -1,11 +1,16 @@
-"""The follower: a thread that rebuilds the view from the start of the state and alert
-topics, then keeps it current, and says when it has caught up.
+"""The follower: a thread that brings the view up to date with the state and alert topics
+(from the offsets in the view's store, or from the start when the store is new), then keeps
+it current, and says when it has caught up and, while it catches up, how far it is.
 
 "Caught up" means: every partition consumed up to the end offset it had when the
-follower started. The embedded broker under-reports the high watermark (it returns the
-base offset of the last record batch), so the reported end is only a lower bound: a short
-probe reads from there to find the true end (see ENVIRONMENT.md). Partitions are
-``assign()``-ed, never ``subscribe()``-d: no group rebalance, so start-up is immediate.
+follower started. Before resuming from stored offsets the follower checks them against
+the topics: a topic recreated since (its topic id changed) or offsets past a partition's
+end (a broker that lost its data) make the stored view stale, and it is rebuilt.
+
+The embedded broker under-reports the high watermark (it returns the base offset of the
+last record batch), so the reported end is only a lower bound: a short probe reads from
+there to find the true end. Partitions are ``assign()``-ed, never ``subscribe()``-d: no
+group rebalance, so start-up is immediate.
 
 The thread never dies on a broker problem: it reports the reason through
 :meth:`ViewFollower.readiness` and the ``ready``/``broker_up`` gauges and tries again.
@@ -19,20 +24,22 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streamstate.api.broadcast import AlertBroadcaster
 from streamstate.api.metrics import ApiMetrics
-from streamstate.api.records import Source, decode
+from streamstate.api.decoding import Decoder, Row
+from streamstate.api.records import Source, build
 from streamstate.api.view import Consumed, StateView
-from streamstate.contracts import ContractError
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.api.follower")
 
-_BATCH = 1000
+_BATCH = 5000
 _POLL_S = 0.2
 _LAG_REFRESH_S = 5.0
+_PROGRESS_LOG_S = 5.0
 _PROBE_FETCH_WAIT_MS = 50
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 
@@ -62,7 +69,14 @@ class _StartFailed(Exception):
 class ViewFollower(threading.Thread):
     """Consumes the view's topics into ``view`` until :meth:`stop`."""
 
-    def __init__(self, settings: Settings, view: StateView, metrics: ApiMetrics, broadcaster: AlertBroadcaster):
+    def __init__(
+        self,
+        settings: Settings,
+        view: StateView,
+        metrics: ApiMetrics,
+        broadcaster: AlertBroadcaster,
+        rebuild_reason: str | None = None,
+    ):
         super().__init__(name="view-follower", daemon=True)
         self._settings = settings
         self._view = view
@@ -78,6 +92,11 @@ class ViewFollower(threading.Thread):
         self._broker_up = False
         self._problem = f"connecting to Kafka at {settings.bootstrap_servers}"
         self._known_ends: dict[tuple[str, int], int] = {}
+        # Why the view starts from offset 0 (None: it resumes from the stored offsets).
+        self._rebuild_reason = rebuild_reason if rebuild_reason is not None or not view.empty else "the store is empty"
+        self._progress_start: tuple[float, int] | None = None  # (monotonic time, records left) when catching up began
+        self._next_progress_log = 0.0
+        self._fetch_wait_s = 0.0  # time spent waiting for records while catching up (logged when caught up)
         self._metrics.ready.set(0)
         self._metrics.broker_up.set(0)
 
@@ -86,6 +105,10 @@ class ViewFollower(threading.Thread):
         self._stopping.set()
         if self.is_alive():
             self.join(timeout_s)
+
+    def is_ready(self) -> bool:
+        """Caught up and the broker answering (cheap: every answer's freshness asks)."""
+        return self._caught_up and self._broker_up
 
     def readiness(self) -> Readiness:
         with self._state_lock:
@@ -97,8 +120,26 @@ class ViewFollower(threading.Thread):
         if targets is None:
             return Readiness(False, problem)
         remaining = self._remaining(targets)
-        total = sum(n for parts in remaining.values() for n in parts.values())
-        return Readiness(False, f"catching up: {total} records left before the end offsets seen at start", remaining)
+        return Readiness(False, self._progress(remaining), remaining)
+
+    def _progress(self, remaining: dict[str, dict[str, int]]) -> str:
+        """How far catching up is: records done and left, rate, time left, and why from where."""
+        left = sum(n for parts in remaining.values() for n in parts.values())
+        how = (
+            f"rebuilding the view from the start of the topics ({self._rebuild_reason})"
+            if self._rebuild_reason
+            else "catching up from the offsets in the view's store"
+        )
+        start = self._progress_start
+        if start is None:
+            return f"{how}: {left:,} records left before the end offsets seen at start"
+        total = max(start[1], left)
+        done = total - left
+        elapsed = time.monotonic() - start[0]
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = f", about {left / rate:,.0f} s left" if rate > 0 else ""
+        percent = 100.0 * done / total if total else 100.0
+        return f"{how}: {done:,} of {total:,} records ({percent:.0f}%), {rate:,.0f} records/s{eta}"
 
     # ------------------------------------------------------------------ thread
     def run(self) -> None:
@@ -119,21 +160,41 @@ class ViewFollower(threading.Thread):
             partitions = self._discover(consumer)
             if self._targets is None:
                 targets = self._true_ends(consumer, partitions)
+                self._check_store(targets)
+                for source, topic in self._topics.items():
+                    self._view.track(source, [p for (t, p) in targets if t == topic])
+                remaining = self._remaining(targets)
                 with self._state_lock:
                     self._targets = targets
-                log.info("view follower: catching up to %s", targets)
+                    self._progress_start = (time.monotonic(), sum(n for parts in remaining.values() for n in parts.values()))
+                log.info("view follower: %s", self._progress(remaining))
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
             next_lag_refresh = 0.0
-            while not self._stopping.is_set():
-                messages = consumer.consume(_BATCH, timeout=_POLL_S)
-                if messages:
-                    self._ingest(messages)
-                if not self._caught_up:
-                    self._check_caught_up()
-                if time.monotonic() >= next_lag_refresh:
-                    self._refresh_lag(consumer, partitions)
-                    next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+            decoder = Decoder.for_catch_up(self._progress_start[1] if self._progress_start and not self._caught_up else 0)
+            try:
+                while not self._stopping.is_set():
+                    waited = time.monotonic()
+                    messages = consumer.consume(_BATCH, timeout=_POLL_S)
+                    self._fetch_wait_s += time.monotonic() - waited
+                    if messages:
+                        decoder.submit(self._rows(messages))
+                    for rows, summaries in decoder.finished(wait=not messages):
+                        self._ingest(rows, summaries)
+                    if not self._caught_up:
+                        self._log_progress()
+                        if decoder.idle:  # a batch still being validated is not in the view yet
+                            self._check_caught_up()
+                        if self._caught_up:
+                            decoder.close()
+                            decoder = Decoder.for_catch_up(0)
+                    # Not while catching up: asking a busy consumer for watermarks stalls its fetching
+                    # (half a second per refresh, measured), and /readyz already says what is left.
+                    if self._caught_up and time.monotonic() >= next_lag_refresh:
+                        self._refresh_lag(consumer, partitions)
+                        next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+            finally:
+                decoder.close()
         finally:
             consumer.close()
 
@@ -147,6 +208,9 @@ class ViewFollower(threading.Thread):
             "auto.offset.reset": "earliest",
             "enable.partition.eof": eof,
             "fetch.wait.max.ms": fetch_wait_ms,
+            # Catching up reads whole topics: large fetches, fewer round trips (measured 166k -> 244k records/s).
+            "max.partition.fetch.bytes": 16 << 20,
+            "fetch.max.bytes": 64 << 20,
             "socket.timeout.ms": 10_000,
             "error_cb": self._on_kafka_error,
         }
@@ -158,11 +222,50 @@ class ViewFollower(threading.Thread):
         if missing:
             raise _StartFailed(f"topic(s) {', '.join(missing)} do not exist yet")
         partitions = []
-        for source, topic in self._topics.items():
-            numbers = sorted(metadata.topics[topic].partitions)
-            self._view.track(source, numbers)
-            partitions += [TopicPartition(topic, p) for p in numbers]
+        for topic in self._topics.values():
+            partitions += [TopicPartition(topic, p) for p in sorted(metadata.topics[topic].partitions)]
         return partitions
+
+    def _topic_ids(self) -> dict[str, str]:
+        """Kafka topic ids (brokers since Kafka 2.8 have them); empty where the broker has none."""
+        admin = AdminClient({"bootstrap.servers": self._settings.bootstrap_servers, "socket.timeout.ms": 10_000})
+        ids = {}
+        for topic, future in admin.describe_topics(TopicCollection(list(self._topics.values()))).items():
+            try:
+                topic_id = future.result(timeout=10).topic_id
+            except Exception:  # noqa: BLE001 - ids only sharpen the staleness check; offsets remain
+                continue
+            if topic_id is not None:
+                ids[topic] = str(topic_id)
+        return ids
+
+    def _check_store(self, ends: dict[tuple[str, int], int]) -> None:
+        """Rebuild when the stored view cannot belong to these topics: a topic whose id changed,
+        a stored partition the topic no longer has, or an offset past its end."""
+        ids = self._topic_ids()
+        stored_ids = self._view.topic_ids()
+        changed = [t for t, i in ids.items() if stored_ids.get(t) not in (None, i)]
+        self._view.remember_topic_ids(ids)
+        if self._view.empty:
+            return
+        if changed:
+            self._stale(f"topic(s) {', '.join(changed)} were recreated since the store was built (new topic id)")
+            return
+        for (source, partition), offset in self._view.stored_positions().items():
+            topic = self._topics[source]
+            end = ends.get((topic, partition))
+            if end is None or offset > end:
+                where = "does not exist" if end is None else f"ends at offset {end}"
+                self._stale(
+                    f"the store had consumed {topic}[{partition}] up to offset {offset}, but that partition {where}: "
+                    "the topic was recreated or emptied since"
+                )
+                return
+
+    def _stale(self, reason: str) -> None:
+        log.warning("view follower: %s; rebuilding the view", reason)
+        self._view.reset()
+        self._rebuild_reason = reason
 
     def _true_ends(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:
@@ -187,23 +290,31 @@ class ViewFollower(threading.Thread):
         return TopicPartition(tp.topic, tp.partition, position if position > 0 else OFFSET_BEGINNING)
 
     # ------------------------------------------------------------------ steady state
-    def _ingest(self, messages: list[Message]) -> None:
-        batch: list[Consumed] = []
+    def _rows(self, messages: list[Message]) -> list[Row]:
+        """The consumed records as plain rows; end-of-partition and error events are handled here."""
+        rows: list[Row] = []
         for message in messages:
             error = message.error()
             if error is not None:
                 self._on_message_error(message, error)
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
-            source = self._source_of[topic]
+            rows.append((self._source_of[topic], partition, offset, message.key(), message.value()))
             key = (topic, partition)
-            self._known_ends[key] = max(self._known_ends.get(key, 0), offset + 1)
-            try:
-                record = decode(source, message.key(), message.value())
-            except ContractError as exc:
+            if offset >= self._known_ends.get(key, 0):
+                self._known_ends[key] = offset + 1
+        return rows
+
+    def _ingest(self, rows: list[Row], summaries: list) -> None:
+        batch: list[Consumed] = []
+        for (source, partition, offset, _, value), summary in zip(rows, summaries):
+            if isinstance(summary, str):
+                topic = self._topics[source]
                 self._metrics.bad_records.labels(topic).inc()
-                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, exc.reason)
+                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, summary)
                 record = None
+            else:
+                record = build(source, summary, value)
             batch.append((source, partition, offset, record))
         if batch:
             self._set_broker(True, self._problem)
@@ -237,8 +348,24 @@ class ViewFollower(threading.Thread):
         if self._targets is not None and not self._remaining(self._targets):
             with self._state_lock:
                 self._caught_up = True
-            log.info("view follower: caught up (%s)", self._view.sizes())
+            started = self._progress_start
+            took = ""
+            if started is not None:
+                seconds = time.monotonic() - started[0]
+                self._metrics.catch_up_seconds.set(seconds)
+                self._metrics.catch_up_records.set(started[1])
+                took = (
+                    f" in {seconds:.1f}s ({started[1]:,} records, {started[1] / max(seconds, 1e-9):,.0f}/s, "
+                    f"{self._fetch_wait_s:.1f}s of it waiting for records)"
+                )
+            log.info("view follower: caught up%s (%s)", took, self._view.sizes())
             self._publish_ready()
+
+    def _log_progress(self) -> None:
+        if self._caught_up or self._targets is None or time.monotonic() < self._next_progress_log:
+            return
+        self._next_progress_log = time.monotonic() + _PROGRESS_LOG_S
+        log.info("view follower: %s", self._progress(self._remaining(self._targets)))
 
     def _refresh_lag(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
