@@ -1,4 +1,4 @@
-"""Prometheus scrape configuration for the embedded stack and for docker compose.
+"""Prometheus scrape configuration (and alerting rules) for the embedded stack and for docker compose.
 
 Both configurations come from :func:`prometheus_config`, so the scrape jobs (and the
 ``job`` label every dashboard filters on) are the same wherever the stack runs. The
@@ -17,6 +17,9 @@ from typing import Any
 from streamstate.settings import REPO_ROOT, Settings
 
 COMPOSE_CONFIG_PATH = REPO_ROOT / "infra" / "prometheus" / "prometheus.yml"
+ALERT_RULES_PATH = REPO_ROOT / "infra" / "prometheus" / "alerts.yml"
+# Where compose mounts ALERT_RULES_PATH in the Prometheus container (docker-compose.yml).
+COMPOSE_ALERT_RULES = "/etc/prometheus/alerts.yml"
 DASHBOARDS_DIR = REPO_ROOT / "infra" / "grafana" / "dashboards"
 DATASOURCE_UID = "prometheus"
 
@@ -34,8 +37,9 @@ COMPOSE_TARGETS: dict[str, str] = {
 }
 
 
-def prometheus_config(targets: dict[str, str], scrape_interval: str, header: str = "") -> str:
-    """A Prometheus config scraping ``targets`` (scrape job -> host:port) every interval."""
+def prometheus_config(targets: dict[str, str], scrape_interval: str, header: str = "", rules: str | None = None) -> str:
+    """A Prometheus config scraping ``targets`` (scrape job -> host:port) every interval,
+    evaluating the alerting rules file ``rules`` when given."""
     unknown = set(targets) - set(SCRAPE_JOBS)
     if unknown:
         raise ValueError(f"unknown scrape jobs {sorted(unknown)}; known: {sorted(SCRAPE_JOBS)}")
@@ -45,8 +49,10 @@ def prometheus_config(targets: dict[str, str], scrape_interval: str, header: str
         f"  scrape_interval: {scrape_interval}",
         f"  evaluation_interval: {scrape_interval}",
         f"  scrape_timeout: {scrape_interval}",
-        "scrape_configs:",
     ]
+    if rules is not None:
+        lines += ["rule_files:", f"  - {rules}"]
+    lines += ["scrape_configs:"]
     for job, target in targets.items():
         lines += [f"  - job_name: {job}"]
         if SCRAPE_JOBS[job]:
@@ -79,7 +85,9 @@ def render_embedded_prometheus_config(settings: Settings, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Rendered by streamstate.observability for the embedded stack; do not edit.\n"
-    path.write_text(prometheus_config(embedded_targets(settings), settings.prometheus_scrape_interval, header))
+    path.write_text(
+        prometheus_config(embedded_targets(settings), settings.prometheus_scrape_interval, header, str(ALERT_RULES_PATH))
+    )
     return path
 
 
@@ -90,7 +98,7 @@ def render_compose_prometheus_config() -> str:
         "# Rendered by `python -m streamstate.observability` from streamstate/observability.py,\n"
         "# which the embedded stack's config also comes from; edit that, not this file.\n"
     )
-    return prometheus_config(COMPOSE_TARGETS, "5s", header)
+    return prometheus_config(COMPOSE_TARGETS, "5s", header, COMPOSE_ALERT_RULES)
 
 
 @dataclass(frozen=True)

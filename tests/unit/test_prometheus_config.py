@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from streamstate.observability import (
+    ALERT_RULES_PATH,
     COMPOSE_CONFIG_PATH,
     prometheus_config,
     render_compose_prometheus_config,
@@ -39,6 +40,22 @@ def test_unknown_scrape_job_is_refused():
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (infra/install-test-deps.sh)")
 def test_promtool_accepts_both_configs(tmp_path):
     embedded = render_embedded_prometheus_config(Settings(), tmp_path / "prometheus.yml")
-    for path in (COMPOSE_CONFIG_PATH, embedded):
-        result = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True)
+    # The compose config names the rules file by its path inside the container.
+    for path, options in ((COMPOSE_CONFIG_PATH, ["--syntax-only"]), (embedded, [])):
+        result = subprocess.run(["promtool", "check", "config", *options, str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (infra/install-test-deps.sh)")
+def test_alert_rules_fire_on_their_series_and_stay_quiet_on_a_healthy_stream():
+    """infra/prometheus/alerts.test.yml: skewed clocks, late events, refused records, a job down."""
+    rules = ALERT_RULES_PATH.parent
+    for command in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts.test.yml"]):
+        result = subprocess.run(["promtool", *command], capture_output=True, text=True, cwd=rules)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_both_configs_load_the_alert_rules(tmp_path):
+    assert "rule_files:\n  - /etc/prometheus/alerts.yml" in render_compose_prometheus_config()
+    embedded = render_embedded_prometheus_config(Settings(), tmp_path / "prometheus.yml").read_text()
+    assert f"rule_files:\n  - {ALERT_RULES_PATH}" in embedded
