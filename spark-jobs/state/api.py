@@ -1,8 +1,10 @@
 """``map_with_state`` and ``update_state_by_key`` on Structured Streaming DataFrames.
 
-Both lay the input out for :class:`~streamstate.jobs.state.processor.MappingProcessor`, run it
-under ``groupBy(key).transformWithState`` and decode its rows (``kind``: output | snapshot |
-dead_letter) into the three DataFrames of a :class:`StateResult`.
+Both lay the input out as ``INPUT_COLUMNS``, give each row its key's bucket
+(``pmod(xxhash64(key), buckets)``), pack each task's rows into one Arrow blob per bucket
+(:mod:`streamstate.jobs.state.packing`), run :class:`~streamstate.jobs.state.processor.BucketProcessor`
+under ``groupBy(bucket).transformWithStateInPandas`` and decode its rows (``kind``: output |
+snapshot | dead_letter) into the three DataFrames of a :class:`StateResult`.
 """
 
 from __future__ import annotations
@@ -26,15 +28,10 @@ from pyspark.sql.types import (
 )
 
 from streamstate.contracts import spark_schema
-from streamstate.jobs.state.processor import (
-    DEAD_LETTER,
-    INPUT_COLUMNS,
-    OUTPUT,
-    OUTPUT_SCHEMA,
-    SNAPSHOT,
-    MappingProcessor,
-    Plan,
-)
+from streamstate.jobs.state.buckets import TICK_MS
+from streamstate.jobs.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, OUTPUT, OUTPUT_SCHEMA, SNAPSHOT, Plan
+from streamstate.jobs.state.packing import BUCKET, PACKED_SCHEMA, pack
+from streamstate.jobs.state.processor import BucketProcessor
 from streamstate.jobs.state.spec import Duration, LateRecords, StateSpec
 from streamstate.jobs.state.state import StateCodec
 
@@ -156,7 +153,7 @@ def _run(
         raise ValueError(f"key column {key!r} is not among the input columns {df.columns}")
     layout = _input_layout(df, key, spec, value)
     if spec.partitions is not None:
-        layout = layout.repartition(_checked_partitions(df, spec.partitions), INPUT_COLUMNS[0])
+        _checked_partitions(df, spec.partitions)  # the bucket shuffle uses that many partitions
     plan = Plan(
         func=spec.func,
         per_record=spec.per_record,
@@ -170,12 +167,16 @@ def _run(
     )
     initial = None
     if spec.initial is not None:
-        initial = _initial_state(df, key, spec).groupBy(INPUT_COLUMNS[0])
-    rows = layout.groupBy(INPUT_COLUMNS[0]).transformWithState(
-        statefulProcessor=MappingProcessor(plan),
+        initial = _initial_state(df, key, spec)
+        initial = initial.withColumn(BUCKET, bucket_of(initial["key"], spec.bucket_count)).groupBy(BUCKET)
+    time_mode = _time_mode(spec)
+    packed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec.bucket_count)).mapInArrow(pack, PACKED_SCHEMA)
+    hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
+    rows = packed.groupBy(BUCKET).transformWithStateInPandas(
+        statefulProcessor=BucketProcessor(plan, time_mode, hot_capacity, TICK_MS),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
-        timeMode=_time_mode(spec),
+        timeMode=time_mode,
         initialState=initial,
     )
     return StateResult(
@@ -184,6 +185,11 @@ def _run(
         output_column=output_column,
         source_columns=all(c in df.columns for c in SOURCE_COLUMNS),
     )
+
+
+def bucket_of(key: Column, buckets: int) -> Column:
+    """The bucket of a key: fixed for the life of a checkpoint (it is where the key's state lives)."""
+    return F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int")
 
 
 def _time_mode(spec: StateSpec) -> str:
@@ -248,7 +254,7 @@ def _initial_state(df: DataFrame, key: str, spec: StateSpec) -> DataFrame:
             state = F.to_json(initial[state_name])
         else:
             state = initial[state_name].cast("string")
-        return initial.select(initial[key_name].cast(key_type).alias(INPUT_COLUMNS[0]), state.alias("state"))
+        return initial.select(initial[key_name].cast(key_type).alias("key"), state.alias("state"))
     pairs = [(k, codec.encode(s)) for k, s in spec.initial]
-    schema = StructType([StructField(INPUT_COLUMNS[0], key_type), StructField("state", StringType())])
+    schema = StructType([StructField("key", key_type), StructField("state", StringType())])
     return df.sparkSession.createDataFrame(pairs, schema)

@@ -66,6 +66,12 @@ def duration_ms(duration: Duration) -> int:
 # could never be written, and its batch would fail on every retry.
 DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
 
+# Keys are grouped into this many buckets; Spark's per-group cost is paid per bucket and batch.
+DEFAULT_BUCKETS = 64
+# Keys kept in the buckets' hot sets (all buckets together): a key touched again while hot costs
+# no state call; the least recently touched keys beyond it move to the per-key cold map.
+DEFAULT_HOT_KEYS = 200_000
+
 # (key, value | None, state) -> output | None | list of outputs
 RecordFunction = Callable[[Any, Any, Any], Any]
 # (key, values, state) -> iterable of outputs
@@ -89,6 +95,8 @@ class StateSpec:
     state_cls: Any = None
     snapshot_fn: Callable[[Any, Any], Any] | None = None
     output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES
+    bucket_count: int = DEFAULT_BUCKETS
+    hot_key_capacity: int = DEFAULT_HOT_KEYS
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -156,6 +164,21 @@ class StateSpec:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"max_output_bytes must be a positive int, got {limit!r}")
         return replace(self, output_limit_bytes=limit)
+
+    def buckets(self, count: int) -> StateSpec:
+        """Group keys into ``count`` buckets (default 64). Fixed for the life of a checkpoint, like
+        the partition count: a bucket is where a key's state lives."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"buckets must be a positive int, got {count!r}")
+        return replace(self, bucket_count=count)
+
+    def hot_keys(self, capacity: int) -> StateSpec:
+        """Keep up to ``capacity`` recently touched keys (all buckets together, default 200,000) where
+        touching them again costs no state call; beyond that the least recently touched are moved
+        to a per-key map (one state call each way)."""
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"hot_keys must be a positive int, got {capacity!r}")
+        return replace(self, hot_key_capacity=capacity)
 
     def state_type(self, state_cls: Any) -> StateSpec:
         """Keep the state as this type (a pydantic model, dataclass, or any pydantic-validatable type)."""

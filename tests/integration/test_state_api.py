@@ -10,7 +10,7 @@ from pyspark.errors import StreamingQueryException
 
 from streamstate.examples.runner import EVENT_TIME, read_json_topic
 from streamstate.jobs.state import StateSpec, map_with_state
-from streamstate.jobs.state.processor import OUTPUT_SCHEMA
+from streamstate.jobs.state.keyrun import OUTPUT_SCHEMA
 from streamstate.jobs.state.reference import ReferenceRun, by_key
 from streamstate.jobs.state.testing import RowCollector, kinds, produce_json
 

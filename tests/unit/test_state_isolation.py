@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.processor import DEAD_LETTER, OUTPUT, SNAPSHOT, KeyRun, Plan
+from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, KeyRun, Plan
 from streamstate.jobs.state.reference import ReferenceRun, by_key
 from streamstate.jobs.state.state import DEAD_LETTER_VALUE_LIMIT, REASON_LIMIT, StateCodec
 

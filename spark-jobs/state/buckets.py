@@ -1,0 +1,212 @@
+"""A bucket of keys: where per-key state lives, and which keys are due, with few state calls.
+
+The Spark processor groups keys into a fixed number of buckets (``pmod(xxhash64(key), B)``)
+and pays Spark's per-group cost once per bucket. Inside a bucket each key keeps its own
+state, in one of two places:
+
+* **hot**: the keys touched recently, with their state text and timer deadline, in ONE value
+  per bucket, read and written once per visit. A key touched again soon costs no state call.
+* **cold**: every other key, one map entry per key, read when the key is touched again and
+  written when it leaves the hot set (least recently touched first, once the hot set is over
+  its capacity). A batch therefore touches state in proportion to the keys it touches, never
+  to all the keys a bucket holds, and the hot value's size is bounded by the capacity.
+
+Timers: a hot key's deadline is kept with it, and the bucket has one timer at the earliest hot
+deadline. A cold key's deadline is filed in a coarse time wheel (a map entry per tick listing
+its keys, with a timer at the tick's start): when the tick starts, its keys come back into the
+hot set, where their exact deadlines apply. So every key still times out in the first visit
+whose clock (watermark or processing time) reaches its deadline, as with one timer per key.
+
+Pure Python over the :class:`BucketStore` interface: the Spark processor implements it with
+transformWithState's state variables, the unit tests with dicts.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol
+
+from streamstate.jobs.state.keyrun import KeyRun, Plan
+from streamstate.jobs.state.state import describe_key
+
+# An entry of the hot set: [state text, deadline or None, has a cold copy, last visit, changed since loaded].
+TEXT, DEADLINE, IN_COLD, LAST_SEEN, DIRTY = range(5)
+# Width of a wheel tick: a cold key returns to the hot set at most this long before its deadline.
+TICK_MS = 60_000
+
+
+class BucketStore(Protocol):
+    """The state calls a bucket makes (each one is a round trip to Spark's state server)."""
+
+    def load_hot(self) -> bytes | None: ...
+    def save_hot(self, blob: bytes) -> None: ...
+    def cold_get(self, key: str) -> tuple[str, int | None] | None: ...
+    def cold_put(self, key: str, text: str, deadline: int | None) -> None: ...
+    def cold_remove(self, key: str) -> None: ...
+    def wheel_get(self, tick: int) -> bytes | None: ...
+    def wheel_put(self, tick: int, blob: bytes) -> None: ...
+    def wheel_remove(self, tick: int) -> None: ...
+    def register_timer(self, at_ms: int) -> None: ...
+    def delete_timer(self, at_ms: int) -> None: ...
+
+
+@dataclass
+class Bucket:
+    """One visit of one bucket: load, process records / due keys / a wheel tick, save.
+
+    ``now_ms`` is the clock deadlines are compared with (the watermark in event time, the batch's
+    processing time otherwise; ``None`` when the spec has no timeouts)."""
+
+    plan: Plan
+    store: BucketStore
+    watermark_ms: int
+    processing_time_ms: int
+    now_ms: int | None
+    hot_capacity: int
+    tick_ms: int
+    hot: dict[Any, list] = field(default_factory=dict)
+    cold_count: int = 0
+    timer_ms: int | None = None
+    visit: int = 0
+    rows: list[tuple] = field(default_factory=list)
+    _seen: set = field(default_factory=set)
+
+    # ------------------------------------------------------------------ load and save
+    def load(self) -> Bucket:
+        blob = self.store.load_hot()
+        if blob is not None:
+            stored = pickle.loads(blob)
+            self.hot, self.cold_count, self.timer_ms, self.visit = stored["hot"], stored["cold"], stored["timer"], stored["visit"]
+        self.visit += 1
+        return self
+
+    def save(self) -> None:
+        self._evict()
+        self._set_timer()
+        blob = {"hot": self.hot, "cold": self.cold_count, "timer": self.timer_ms, "visit": self.visit}
+        self.store.save_hot(pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL))
+
+    # ------------------------------------------------------------------ keys
+    def _entry(self, key: Any) -> list | None:
+        """The key's entry, fetched from cold into the hot set when needed."""
+        entry = self.hot.get(key)
+        if entry is None and self.cold_count:
+            stored = self.store.cold_get(describe_key(key))
+            if stored is not None:
+                entry = self.hot[key] = [stored[0], stored[1], True, self.visit, False]
+        return entry
+
+    def _run(self, key: Any) -> tuple[KeyRun, list | None]:
+        entry = self._entry(key)
+        text, deadline = (None, None) if entry is None else (entry[TEXT], entry[DEADLINE])
+        return KeyRun(self.plan, key, text, deadline, self.watermark_ms, self.processing_time_ms), entry
+
+    def _settle(self, key: Any, run: KeyRun, entry: list | None) -> None:
+        """Keep what the run committed, and collect its rows."""
+        self.rows.extend(run.rows)
+        snapshot = run.snapshot_row()
+        if snapshot is not None:
+            self.rows.append(snapshot)
+        self._seen.add(key)
+        if run.committed is None:
+            if entry is not None:
+                if entry[IN_COLD]:
+                    self.store.cold_remove(describe_key(key))
+                    self.cold_count -= 1
+                del self.hot[key]
+            return
+        if entry is None:
+            self.hot[key] = [run.committed, run.deadline, False, self.visit, True]
+            return
+        if run.committed != entry[TEXT] or run.deadline != entry[DEADLINE]:
+            entry[TEXT], entry[DEADLINE], entry[DIRTY] = run.committed, run.deadline, True
+        entry[LAST_SEEN] = self.visit
+
+    def apply_records(self, by_key: Iterable[tuple[Any, list[tuple]]]) -> None:
+        """Each key's records of the batch (rows laid out as ``INPUT_COLUMNS``)."""
+        for key, key_rows in by_key:
+            run, entry = self._run(key)
+            run.apply_rows(key_rows)
+            self._settle(key, run, entry)
+
+    def apply_due(self) -> None:
+        """Time out every hot key whose deadline the clock has reached."""
+        if self.now_ms is None:
+            return
+        due = sorted(
+            ((entry[DEADLINE], key) for key, entry in self.hot.items() if entry[DEADLINE] is not None and entry[DEADLINE] <= self.now_ms),
+            key=lambda item: (item[0], describe_key(item[1])),
+        )
+        for _, key in due:
+            run, entry = self._run(key)
+            run.apply_timeout()
+            self._settle(key, run, entry)
+
+    def bring_back(self, tick_start_ms: int) -> None:
+        """A wheel tick started: its cold keys return to the hot set (then :meth:`apply_due`)."""
+        tick = tick_start_ms // self.tick_ms
+        if tick * self.tick_ms != tick_start_ms:
+            return  # not a tick timer: the bucket's hot timer
+        blob = self.store.wheel_get(tick)
+        if blob is None:
+            return
+        self.store.wheel_remove(tick)
+        for key in pickle.loads(blob):
+            self._entry(key)  # a key removed since has no cold entry, and comes back as nothing
+
+    def timer_fired(self, at_ms: int) -> None:
+        if at_ms == self.timer_ms:
+            self.timer_ms = None  # Spark deletes a timer once it fired
+        self.bring_back(at_ms)
+
+    # ------------------------------------------------------------------ capacity and timers
+    def _tick_of(self, deadline: int) -> int:
+        return deadline // self.tick_ms
+
+    def _evict(self) -> None:
+        """Move the least recently touched keys to cold until the hot set fits its capacity."""
+        excess = len(self.hot) - self.hot_capacity
+        if excess <= 0:
+            return
+        now_tick = None if self.now_ms is None else self._tick_of(self.now_ms)
+        candidates = sorted(
+            (entry[LAST_SEEN], describe_key(key), key)
+            for key, entry in self.hot.items()
+            # A key due within the next tick would come straight back: it stays.
+            if key not in self._seen and (entry[DEADLINE] is None or now_tick is None or self._tick_of(entry[DEADLINE]) > now_tick + 1)
+        )
+        wheel: dict[int, list] = {}
+        for _, _, key in candidates[:excess]:
+            entry = self.hot.pop(key)
+            if entry[DIRTY] or not entry[IN_COLD]:
+                self.store.cold_put(describe_key(key), entry[TEXT], entry[DEADLINE])
+            if not entry[IN_COLD]:
+                self.cold_count += 1
+            if entry[DEADLINE] is not None and self.now_ms is not None:
+                wheel.setdefault(self._tick_of(entry[DEADLINE]), []).append(key)
+        for tick, keys in wheel.items():
+            filed = self.store.wheel_get(tick)
+            self.store.wheel_put(tick, pickle.dumps((pickle.loads(filed) if filed else []) + keys, protocol=pickle.HIGHEST_PROTOCOL))
+            if filed is None:
+                self.store.register_timer(tick * self.tick_ms)
+
+    def _set_timer(self) -> None:
+        """One timer at the earliest hot deadline (ticks have their own timers); none without a clock."""
+        if self.now_ms is None:
+            return
+        earliest = min((e[DEADLINE] for e in self.hot.values() if e[DEADLINE] is not None), default=None)
+        if earliest == self.timer_ms:
+            return
+        if self.timer_ms is not None:
+            self.store.delete_timer(self.timer_ms)
+        if earliest is not None:
+            self.store.register_timer(earliest)
+        self.timer_ms = earliest
+
+
+def initial_entries(plan: Plan, pairs: Iterable[tuple[Any, str]], deadline: int | None) -> Iterable[tuple[Any, str, int | None]]:
+    """(key, checked state text, deadline) of initial states: each is decoded and re-encoded, so
+    a state that does not fit the spec's type fails here, naming the key."""
+    for key, text in pairs:
+        yield key, plan.codec.encode(plan.codec.decode(key, text)), deadline

@@ -1,0 +1,267 @@
+"""One key's work in one micro-batch, independent of Spark: the per-key semantics of the state API.
+
+:class:`KeyRun` takes a key's stored state (JSON text and timer deadline), applies the spec's
+function to the key's records of the batch (or times the key out), and leaves what to commit
+(the new text and deadline), the snapshot to publish and the result rows. The Spark processor
+runs one per touched key inside a bucket; the unit tests run it directly.
+
+Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.jobs.state.api`;
+result rows are ``OUTPUT_SCHEMA`` tuples, one per output, state snapshot or dead letter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from streamstate.jobs.state.state import (
+    _MISSING,
+    DEAD_LETTER_VALUE_LIMIT,
+    StateCodec,
+    StateDriver,
+    StateTypeError,
+    checked_size,
+    cut,
+    describe_key,
+    lenient_json,
+    one_line,
+    to_json,
+)
+
+KEY, VALUE, TIME, TOPIC, PARTITION, OFFSET = range(6)
+INPUT_COLUMNS = ("__ss_key", "__ss_value", "__ss_time", "__ss_topic", "__ss_partition", "__ss_offset")
+OUTPUT_SCHEMA = (
+    "kind STRING, key STRING, payload STRING, reason STRING, topic STRING, `partition` INT, `offset` LONG"
+)
+OUTPUT_COLUMNS = ("kind", "key", "payload", "reason", "topic", "partition", "offset")
+
+OUTPUT, SNAPSHOT, DEAD_LETTER = "output", "snapshot", "dead_letter"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a worker needs to run one spec; picklable."""
+
+    func: Any
+    per_record: bool
+    codec: StateCodec
+    timeout_ms: int | None
+    event_time: bool
+    late_to_dead_letter: bool
+    ordered_by_offset: bool
+    snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
+    output_limit_bytes: int = 1_000_000
+
+
+def as_outputs(result: Any, per_record: bool) -> list:
+    """A per-record result is None, a list of outputs, or one output; a batch result is an iterable."""
+    if result is None:
+        return []
+    if per_record:
+        return result if isinstance(result, list) else [result]
+    return list(result)
+
+
+def plain(value: Any) -> Any:
+    """Struct values arrive as dicts (from Arrow) or Rows; user functions get dicts."""
+    as_dict = getattr(value, "asDict", None)
+    return as_dict(recursive=True) if as_dict is not None else value
+
+
+def record_order(plan: Plan):
+    """Sort key for a key's rows: event time first when set, then source position."""
+    if plan.event_time:
+        return lambda row: (row[TIME] is None, row[TIME] or 0, row[PARTITION] or 0, row[OFFSET] or 0)
+    if plan.ordered_by_offset:
+        return lambda row: (row[PARTITION] or 0, row[OFFSET] or 0)
+    return None
+
+
+_UNCHANGED = object()
+
+
+class KeyRun:
+    """One key's work in one batch, independent of Spark: applies the function, keeps what to
+    commit (state text, timer deadline, snapshot) and collects the result rows.
+
+    Isolation: whatever runs per record or per key (the user function, encoding its outputs
+    and state, the snapshot) is guarded, and a failure dead-letters only the record that
+    caused it, with the key's state as it was before that record. A batch function that
+    raises is re-run one record at a time to find the failing ones; a snapshot that raises
+    makes the key's records replay one at a time with a snapshot after each.
+    """
+
+    def __init__(self, plan: Plan, key: Any, text: str | None, deadline: int | None, watermark_ms: int, processing_time_ms: int):
+        self.plan = plan
+        self.key = key
+        self.key_text = describe_key(key)
+        self.started_with = text
+        self.committed = text
+        self.deadline = deadline
+        self.rows: list[tuple] = []
+        self.snapshot: Any = _UNCHANGED  # the snapshot payload to emit, once computed
+        self.driver = StateDriver(
+            key, self._decode(text), watermark_ms=watermark_ms, processing_time_ms=processing_time_ms
+        )
+
+    @property
+    def watermark_ms(self) -> int:
+        return self.driver.state.watermark_ms
+
+    def _decode(self, text: str | None) -> Any:
+        return _MISSING if text is None else self.plan.codec.decode(self.key, text)
+
+    # ------------------------------------------------------------------ savepoints
+    def _mark(self) -> tuple:
+        return self.committed, self.deadline, len(self.rows)
+
+    def _rollback(self, mark: tuple) -> None:
+        self.committed, self.deadline, kept = mark
+        del self.rows[kept:]
+        # Re-decoded, not restored: the function may have mutated the value in place.
+        self.driver.reset(self._decode(self.committed))
+
+    # ------------------------------------------------------------------ calls
+    def _call(self, arg: Any, timing_out: bool = False) -> Exception | None:
+        """Run the function once; on error leave everything as it was and return the error."""
+        state = self.driver.begin_call(timing_out)
+        limit = self.plan.output_limit_bytes
+        try:
+            result = self.plan.func(self.key, arg, state)
+            outputs = [checked_size(to_json(o), limit, "output") for o in as_outputs(result, self.plan.per_record)]
+            text = self.committed
+            if self.driver.touched:
+                text = None if not self.driver.exists else self._encode()
+        except StateTypeError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any user error becomes a dead letter
+            self.driver.reset(self._decode(self.committed))
+            return error
+        self.committed = text
+        self.rows.extend((OUTPUT, self.key_text, out, None, None, None, None) for out in outputs)
+        return None
+
+    def _encode(self) -> str:
+        text = self.plan.codec.encode(self.driver.value)
+        if self.plan.codec.state_cls is not None:
+            # Later calls see the validated value, as the next batch will.
+            self.driver.reset(self.plan.codec.decode(self.key, text))
+        return text
+
+    def _snapshot_error(self) -> Exception | None:
+        """Compute the snapshot of a changed state (guarded); the error, if any."""
+        if self.committed == self.started_with:
+            self.snapshot = _UNCHANGED
+            return None
+        try:
+            self.snapshot = self._snapshot_payload()
+        except StateTypeError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            return error
+        return None
+
+    def _snapshot_payload(self) -> str | None:
+        """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
+        if self.plan.snapshot is None:
+            payload = self.committed
+        else:
+            view = self.plan.snapshot(self.key, None if self.committed is None else self.driver.value)
+            payload = view if view is None or isinstance(view, str) else to_json(view)
+        return None if payload is None else checked_size(payload, self.plan.output_limit_bytes, "snapshot")
+
+    def dead_letter(self, row: tuple | None, reason: str) -> tuple:
+        if row is None:
+            return (DEAD_LETTER, self.key_text, None, reason, None, None, None)
+        value = cut(lenient_json(plain(row[VALUE])), DEAD_LETTER_VALUE_LIMIT)
+        return (DEAD_LETTER, self.key_text, value, reason, row[TOPIC], row[PARTITION], row[OFFSET])
+
+    def is_late(self, row: tuple) -> bool:
+        time = row[TIME]
+        return self.plan.late_to_dead_letter and time is not None and time <= self.watermark_ms
+
+    def late_reason(self, row: tuple) -> str:
+        return f"late record: event time {row[TIME]} ms is at or behind the watermark {self.watermark_ms} ms"
+
+    # ------------------------------------------------------------------ deadlines
+    def touched_deadline(self, times: Iterable[int | None], previous: int | None) -> int | None:
+        """The idle deadline after data: last event time (or now) plus the timeout."""
+        if self.plan.timeout_ms is None or self.committed is None:
+            return None
+        if not self.plan.event_time:
+            return self.driver.state.processing_time_ms + self.plan.timeout_ms
+        candidates = [t + self.plan.timeout_ms for t in times if t is not None]
+        if previous is not None:
+            candidates.append(previous)
+        return max(candidates, default=None)
+
+    def _deadline_after_call(self, idle_deadline: int | None) -> int | None:
+        return None if self.committed is None else self.driver.timeout_after_call(idle_deadline)
+
+    # ------------------------------------------------------------------ per batch
+    def _apply(self, rows: list[tuple], kept_deadline: int | None) -> Exception | None:
+        """One call with ``rows`` (one row per call for a per-record function)."""
+        arg = plain(rows[0][VALUE]) if self.plan.per_record else [plain(row[VALUE]) for row in rows]
+        error = self._call(arg)
+        if error is None:
+            self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME] for row in rows], kept_deadline))
+        return error
+
+    def _kept_deadline(self) -> int | None:
+        return self.deadline if self.committed is not None else None
+
+    def _apply_each(self, rows: list[tuple], with_snapshot: bool) -> None:
+        """Every row on its own; a failing row is dead-lettered and leaves no trace."""
+        for row in rows:
+            mark = self._mark()
+            error = self._apply([row], self._kept_deadline())
+            if error is None and with_snapshot:
+                error = self._snapshot_error()
+            if error is not None:
+                self._rollback(mark)
+                self.rows.append(self.dead_letter(row, one_line(error)))
+
+    def apply_rows(self, rows: list[tuple]) -> None:
+        order = record_order(self.plan)
+        if order is not None:
+            rows.sort(key=order)
+        if self.plan.late_to_dead_letter:
+            on_time = []
+            for row in rows:
+                if self.is_late(row):
+                    self.rows.append(self.dead_letter(row, self.late_reason(row)))
+                else:
+                    on_time.append(row)
+            rows = on_time
+        if not rows:
+            return
+        start = self._mark()
+        if self.plan.per_record:
+            self._apply_each(rows, with_snapshot=False)
+        elif self._apply(rows, self._kept_deadline()) is not None:
+            self._rollback(start)
+            self._apply_each(rows, with_snapshot=False)
+        if self._snapshot_error() is not None:
+            self._rollback(start)
+            self._apply_each(rows, with_snapshot=True)
+
+    def apply_timeout(self) -> None:
+        start = self._mark()
+        error = self._call(None if self.plan.per_record else [], timing_out=True)
+        if error is None:
+            if not (self.driver.touched and self.driver.exists):
+                self.committed = None
+            # Kept after a timeout: no timer until new data, unless the call set one.
+            self.deadline = self._deadline_after_call(None)
+            error = self._snapshot_error()
+        if error is not None:
+            self._rollback(start)
+            self.snapshot = _UNCHANGED
+            self.deadline = None
+            self.rows.append(self.dead_letter(None, one_line(error)))
+
+    def snapshot_row(self) -> tuple | None:
+        """The snapshot row of this batch, when the state changed (a null payload is a tombstone)."""
+        if self.snapshot is _UNCHANGED:
+            return None
+        return (SNAPSHOT, self.key_text, self.snapshot, None, None, None, None)

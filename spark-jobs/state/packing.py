@@ -1,0 +1,74 @@
+"""Packing a micro-batch's rows into one Arrow blob per bucket, before the stateful operator.
+
+Spark's Python stateful operators turn every input row into a Python object on the way in
+(``transformWithStateInPandas`` walks rows with ``itertuples`` and rebuilds a pandas frame per
+group: about 5 µs a row). A stateless ``mapInArrow`` step in front of it instead sorts each
+Arrow batch by bucket and writes each bucket's slice as one Arrow IPC blob, so the operator
+receives a handful of rows per bucket, and the processor reads each blob back column by column.
+Rows of a task are gathered up to :data:`PACK_ROWS` before packing, so a bucket costs one blob
+per task and batch, not one per 10,000-row Arrow batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+# Plain identifiers: the operator hands rows over as namedtuples, which rename "__" names.
+BUCKET = "ss_bucket"
+BLOB = "ss_blob"
+PACKED_SCHEMA = f"{BUCKET} INT, {BLOB} BINARY"
+PACK_ROWS = 200_000
+
+_PACKED = pa.schema([(BUCKET, pa.int32()), (BLOB, pa.binary())])
+
+
+def _blob(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _pack(table: pa.Table) -> pa.RecordBatch:
+    buckets = table.column(BUCKET).to_numpy()
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))
+    ends = np.append(starts[1:], len(ordered))
+    data = table.drop_columns([BUCKET]).take(pa.array(order))
+    blobs = [_blob(data.slice(start, end - start)) for start, end in zip(starts, ends)]
+    return pa.RecordBatch.from_arrays([pa.array(ordered[starts], pa.int32()), pa.array(blobs, pa.binary())], schema=_PACKED)
+
+
+def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: rows with a ``BUCKET`` column -> (bucket, blob) rows."""
+    gathered: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows:
+            gathered.append(batch)
+            rows += batch.num_rows
+        if rows >= PACK_ROWS:
+            yield _pack(pa.Table.from_batches(gathered))
+            gathered, rows = [], 0
+    if gathered:
+        yield _pack(pa.Table.from_batches(gathered))
+
+
+def unpack(blobs: Iterable[bytes]) -> pa.Table | None:
+    """The rows of a bucket's blobs, as one table (None when there are none)."""
+    tables = [pa.ipc.open_stream(blob).read_all() for blob in blobs]
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def rows_by_key(table: pa.Table) -> dict:
+    """The table's rows as tuples (in column order), grouped by the first column (the key)."""
+    grouped: dict = {}
+    for row in zip(*(column.to_pylist() for column in table.columns)):
+        grouped.setdefault(row[0], []).append(row)
+    return grouped
