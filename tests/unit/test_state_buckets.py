@@ -1,0 +1,190 @@
+"""The bucket store without Spark: keys move between the hot set and the cold map without
+changing what any key sees, timers fire at each key's exact deadline whether the key is hot
+or cold, and a batch costs state calls for the keys it touches, not for the keys held.
+
+A tiny driver plays Spark's part (visits per batch: data first, then expired timers in time
+order) over an in-memory :class:`BucketStore` that counts calls; its results are compared
+with the in-memory reference driver, which has no buckets at all."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from streamstate.jobs.state import StateSpec
+from streamstate.jobs.state.buckets import TICK_MS, Bucket
+from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT
+from streamstate.jobs.state.reference import ReferenceRun, by_key
+from tests.unit.test_state_isolation import plan_of
+
+
+class DictStore:
+    """BucketStore in memory, counting the calls a real state server would get."""
+
+    def __init__(self):
+        self.hot: bytes | None = None
+        self.cold: dict[str, tuple] = {}
+        self.wheel: dict[int, bytes] = {}
+        self.timers: set[int] = set()
+        self.calls: Counter = Counter()
+
+    def load_hot(self):
+        self.calls["hot"] += 1
+        return self.hot
+
+    def save_hot(self, blob):
+        self.calls["hot"] += 1
+        self.hot = blob
+
+    def cold_get(self, key):
+        self.calls["cold"] += 1
+        return self.cold.get(key)
+
+    def cold_put(self, key, text, deadline):
+        self.calls["cold"] += 1
+        self.cold[key] = (text, deadline)
+
+    def cold_remove(self, key):
+        self.calls["cold"] += 1
+        self.cold.pop(key, None)
+
+    def wheel_get(self, tick):
+        self.calls["wheel"] += 1
+        return self.wheel.get(tick)
+
+    def wheel_put(self, tick, blob):
+        self.calls["wheel"] += 1
+        self.wheel[tick] = blob
+
+    def wheel_remove(self, tick):
+        self.calls["wheel"] += 1
+        self.wheel.pop(tick, None)
+
+    def register_timer(self, at_ms):
+        self.calls["timer"] += 1
+        self.timers.add(at_ms)
+
+    def delete_timer(self, at_ms):
+        self.calls["timer"] += 1
+        self.timers.discard(at_ms)
+
+
+class OneBucket:
+    """Spark's part for one bucket in event time: per batch, a visit with the data, then one
+    visit per expired timer in time order; the watermark moves after the batch, and a batch
+    without data runs when it moved (as Spark's no-data batch does)."""
+
+    def __init__(self, spec: StateSpec, hot_capacity: int):
+        self.plan = plan_of(spec)
+        self.store = DictStore()
+        self.hot_capacity = hot_capacity
+        self.watermark = 0
+        self.max_time: int | None = None
+        self.rows: list[tuple] = []
+
+    def _bucket(self) -> Bucket:
+        return Bucket(self.plan, self.store, self.watermark, 0, self.watermark, self.hot_capacity, TICK_MS).load()
+
+    def _timers(self) -> None:
+        while True:
+            expired = sorted(t for t in self.store.timers if t <= self.watermark)
+            if not expired:
+                return
+            self.store.timers.discard(expired[0])
+            bucket = self._bucket()
+            bucket.timer_fired(expired[0])
+            bucket.apply_due()
+            bucket.save()
+            self.rows += bucket.rows
+
+    def batch(self, records: list[tuple]) -> None:
+        by_key: dict = {}
+        for offset, (key, value, time) in enumerate(records):
+            by_key.setdefault(key, []).append((key, value, time, "t", 0, offset))
+        if by_key:
+            bucket = self._bucket()
+            bucket.apply_records(by_key.items())
+            bucket.apply_due()
+            bucket.save()
+            self.rows += bucket.rows
+        self._timers()
+        times = [r[2] for r in records if r[2] is not None]
+        if times:
+            self.max_time = max([*times, self.max_time or times[0]])
+            moved = max(self.watermark, self.max_time)
+            if moved > self.watermark:
+                self.watermark = moved
+                self._timers()
+
+
+def count_with_timeout(key, value, state):
+    if state.is_timing_out():
+        return ("closed", state.get())
+    state.update(state.get_option(0) + 1)
+    return ("seen", state.get())
+
+
+SPEC = StateSpec.function(count_with_timeout).timeout(5 * TICK_MS).event_time("t")
+
+
+def comparable(rows) -> dict:
+    return {key: [r for r in seq if r[0] in (OUTPUT, SNAPSHOT, DEAD_LETTER)] for key, seq in by_key(rows).items()}
+
+
+@given(st.integers(0, 2**32), st.integers(1, 6), st.integers(1, 40))
+@hsettings(max_examples=60, deadline=None)
+def test_a_small_hot_set_changes_nothing_a_key_sees(seed, capacity, batches):
+    """Keys evicted to cold, fetched back and brought back by the wheel give exactly the rows
+    the reference gives (no buckets, no capacity)."""
+    rng = random.Random(seed)
+    keys = [f"k{i}" for i in range(12)]
+    clock, plan = 0, []
+    for _ in range(batches):
+        clock += rng.choice([1_000, 30_000, TICK_MS, 3 * TICK_MS, 7 * TICK_MS])
+        plan.append([(rng.choice(keys), 1, clock - rng.randint(0, 500)) for _ in range(rng.randint(0, 6))])
+    bucketed = OneBucket(SPEC, capacity)
+    reference = ReferenceRun(SPEC)
+    for records in plan:
+        bucketed.batch(records)
+        reference.run_batch(records)
+    assert comparable(bucketed.rows) == comparable(reference.rows)
+
+
+def test_a_batch_costs_calls_for_the_keys_it_touches_not_for_the_keys_held():
+    def calls_for_batch(keys_held: int) -> Counter:
+        bucket = OneBucket(StateSpec.function(count_with_timeout), hot_capacity=50)
+        for start in range(0, keys_held, 1_000):
+            bucket.batch([(f"k{i}", 1, None) for i in range(start, min(start + 1_000, keys_held))])
+        bucket.batch([(f"k{i}", 1, None) for i in range(10)])  # the last 10 touched: hot by now
+        bucket.store.calls.clear()
+        bucket.batch([(f"k{i}", 1, None) for i in range(10)])
+        return bucket.store.calls
+
+    assert calls_for_batch(100) == calls_for_batch(10_000) == Counter({"hot": 2})
+
+
+def test_a_cold_key_is_fetched_once_and_a_new_key_costs_no_call_while_cold_is_empty():
+    bucket = OneBucket(StateSpec.function(count_with_timeout), hot_capacity=2)
+    bucket.batch([("a", 1, None), ("b", 1, None)])
+    assert bucket.store.calls["cold"] == 0
+    bucket.batch([("c", 1, None)])  # over capacity: the least recently touched goes cold
+    assert set(bucket.store.cold) == {"a"}
+    bucket.store.calls.clear()
+    bucket.batch([("a", 1, None)])
+    assert bucket.store.calls["cold"] == 2  # fetched back, and b evicted in its place
+    assert [r[2] for r in bucket.rows if r[1] == "a" and r[0] == OUTPUT] == ['["seen",1]', '["seen",2]']
+
+
+def test_a_cold_key_times_out_at_its_exact_deadline():
+    bucket = OneBucket(SPEC, hot_capacity=1)
+    bucket.batch([("a", 1, 1_000)])
+    bucket.batch([("b", 1, 2_000)])  # a goes cold, its deadline (301,000) filed in the wheel
+    assert "a" in bucket.store.cold and bucket.store.wheel
+    bucket.batch([("b", 1, 300_999)])
+    assert not any(r[1] == "a" and "closed" in (r[2] or "") for r in bucket.rows)
+    bucket.batch([("b", 1, 301_000)])  # the watermark reaches a's deadline
+    closed = [r for r in bucket.rows if r[1] == "a" and r[0] == OUTPUT and "closed" in r[2]]
+    assert closed == [(OUTPUT, "a", '["closed",1]', None, None, None, None)]
+    assert "a" not in bucket.store.cold and [r for r in bucket.rows if r[1] == "a"][-1][:3] == (SNAPSHOT, "a", None)
