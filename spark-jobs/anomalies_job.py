@@ -61,6 +61,8 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
         .event_time("ts")
         .timeout(settings.series_idle_timeout_ms)
         .snapshots(partial(series_snapshot, rule))
+        .buckets(settings.state_buckets)
+        .hot_keys(settings.state_hot_keys)
     )
     result = map_validated(
         validate(raw, Metric, settings.max_clock_skew_ms),

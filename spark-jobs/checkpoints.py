@@ -29,6 +29,7 @@ class StatePartitionsChanged(ValueError):
 
 
 TOPIC_IDS_FILE = "streamstate/topic-ids.json"
+ENGINE_FILE = "streamstate/engine.json"
 
 
 class CheckpointFiles:
@@ -96,6 +97,25 @@ def check_state_partitions(spark: SparkSession, checkpoint: str, wanted: int) ->
             f"checkpoint {checkpoint} holds state in {stored} partitions and Spark keeps that count for the "
             f"checkpoint's life, but {wanted} were asked for: set STREAMSTATE_SHUFFLE_PARTITIONS={stored} "
             "(--shuffle-partitions) or start from a new checkpoint (state is lost; see docs/cluster.md)"
+        )
+
+
+def check_state_buckets(spark: SparkSession, checkpoint: str, wanted: int) -> None:
+    """Raise :class:`StatePartitionsChanged` unless ``checkpoint`` is new or keeps its keys in
+    ``wanted`` buckets (a key's bucket is where its state lives); records it for a new one."""
+    files = CheckpointFiles(spark, checkpoint)
+    stored = files.read(ENGINE_FILE)
+    if stored is None:
+        if files.batches("commits"):
+            return  # a checkpoint from before buckets were recorded: nothing to compare with
+        files.write(ENGINE_FILE, json.dumps({"state_buckets": wanted}))
+        return
+    buckets = json.loads(stored).get("state_buckets")
+    if buckets is not None and buckets != wanted:
+        raise StatePartitionsChanged(
+            f"checkpoint {checkpoint} keeps its keys' state in {buckets} buckets (a key's bucket is where its state "
+            f"lives), but {wanted} were asked for: set STREAMSTATE_STATE_BUCKETS={buckets} or start from a new "
+            "checkpoint (state is lost)"
         )
 
 

@@ -26,7 +26,13 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streamstate.jobs.checkpoints import CheckpointFiles, StatePartitionsChanged, TopicIdentity, check_state_partitions
+from streamstate.jobs.checkpoints import (
+    CheckpointFiles,
+    StatePartitionsChanged,
+    TopicIdentity,
+    check_state_buckets,
+    check_state_partitions,
+)
 from streamstate.jobs.outage import failure_message
 from streamstate.settings import Settings
 
@@ -103,6 +109,7 @@ def start_query(
     from streamstate.jobs.routing import batch_router
 
     check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
+    check_state_buckets(spark, checkpoint, settings.state_buckets)
     identity = None
     if input_topics:
         identity = TopicIdentity(spark, checkpoint, {"bootstrap.servers": settings.bootstrap_servers}, input_topics).check

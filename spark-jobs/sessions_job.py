@@ -77,7 +77,13 @@ def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str |
 def build(spark: SparkSession, settings: Settings) -> DataFrame:
     raw = read_input(spark, settings, settings.topic_user_events)
     rule = sessions.SessionRule.from_settings(settings)
-    spec = StateSpec.batch_function(partial(on_user, rule)).event_time("ts").snapshots(partial(user_snapshot, rule))
+    spec = (
+        StateSpec.batch_function(partial(on_user, rule))
+        .event_time("ts")
+        .snapshots(partial(user_snapshot, rule))
+        .buckets(settings.state_buckets)
+        .hot_keys(settings.state_hot_keys)
+    )
     result = map_validated(
         validate(raw, UserEvent, settings.max_clock_skew_ms),
         key="user_id",

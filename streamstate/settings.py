@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     shuffle_partitions: int = Field(
         4, ge=1, description="State partitions; fixed per checkpoint once a query has run."
     )
+    state_buckets: int = Field(
+        64, ge=1, description="Buckets the jobs group their keys into (Spark's per-group cost is paid per bucket); "
+        "fixed per checkpoint once a query has run.",
+    )
+    state_hot_keys: int = Field(
+        200_000, ge=1, description="Recently touched keys per job kept where touching them again costs no state call; "
+        "beyond that the least recently touched move to a per-key map.",
+    )
     kafka_source: Literal["auto", "builtin", "python"] = Field(
         "auto", description="Kafka source/sink: Spark's built-in connector, the Python data source, or auto."
     )
