@@ -6,10 +6,13 @@ window; once it holds more than ``min_count`` values, the value is an anomaly wh
 |value - mean| / std > threshold (with std = 0: when value != mean).
 
 Mean and variance are kept incrementally, without re-scanning the window, and *exactly*:
-every finite double is an integer multiple of 2**-1074, so the window's sum and sum of
-squares are kept as Python integers in those units. Adding and evicting a value is two
-integer additions, nothing drifts over millions of updates, and std is exactly 0 when the
-window is constant (a floating running sum would leave a residue and raise false alarms).
+every finite double is an integer multiple of a power of two, so the window's sum and sum of
+squares are kept as Python integers in units of ``2**scale``, where ``scale`` is the smallest
+exponent among the values seen (it only ever moves down, shifting the sums once). Adding and
+evicting a value is two integer additions, nothing drifts over millions of updates, and std
+is exactly 0 when the window is constant (a floating running sum would leave a residue and
+raise false alarms). Typical values keep the integers near 64 bits; a subnormal makes them
+about 1,100 bits, still exact.
 
 Every derived figure comes from those integers without a floating intermediate, so valid
 extremes cannot overflow: the variance of ``[1e200, 0]`` (2.5e399) is no double, but the
@@ -25,12 +28,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 from streamstate.contracts import Alert, LastAnomaly, MetricSnapshot
 from streamstate.settings import Settings
 
-_SCALE_BITS = 1074  # 2**-1074 is the smallest positive double
 # Extra bits carried through integer square roots: the result is rounded to a double once.
 _ROOT_BITS = 64
 
@@ -39,10 +42,20 @@ class Rejected(ValueError):
     """A valid value the rule cannot apply; the series' state is left untouched."""
 
 
-def _units(value: float) -> int:
-    """value * 2**1074 as an exact integer."""
-    num, den = float(value).as_integer_ratio()
-    return num << (_SCALE_BITS - den.bit_length() + 1)
+def _split(value: float) -> tuple[int, int]:
+    """(m, e) with value == m * 2**e exactly (m = 0 for zero)."""
+    num, den = value.as_integer_ratio()
+    return num, 1 - den.bit_length()
+
+
+def _scaled(m: int, e: int, scale: int) -> int:
+    """m * 2**e in units of 2**scale (e >= scale)."""
+    return m << (e - scale)
+
+
+def _times_power(x: int, exponent: int, n: int) -> float:
+    """x * 2**exponent / n, correctly rounded from exact integers."""
+    return (x << exponent) / n if exponent >= 0 else x / (n << -exponent)
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,11 @@ class AnomalyRule:
     window: int = 100
     threshold: float = 3.0
     min_count: int = 10
+
+    @cached_property
+    def threshold_ratio(self) -> tuple[int, int]:
+        """The threshold as an exact fraction (numerator, denominator)."""
+        return Fraction(self.threshold).as_integer_ratio()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AnomalyRule:
@@ -59,8 +77,9 @@ class AnomalyRule:
 def new_state() -> dict[str, Any]:
     return {
         "window": [],  # the last N values, oldest first
-        "s1": 0,  # sum of the window in units of 2**-1074
-        "s2": 0,  # sum of squares in units of 2**-2148
+        "scale": None,  # the sums' unit is 2**scale (None until a non-zero value)
+        "s1": 0,  # sum of the window in units of 2**scale
+        "s2": 0,  # sum of squares in units of 2**(2 * scale)
         "count": 0,
         "sum": 0.0,
         "min": None,
@@ -73,7 +92,7 @@ def new_state() -> dict[str, Any]:
 
 
 def _spread(state: dict[str, Any]) -> int:
-    """n^2 * variance of the window, exactly, in units of 2**-2148."""
+    """n^2 * variance of the window, exactly, in units of 2**(2 * scale)."""
     n = len(state["window"])
     return n * state["s2"] - state["s1"] * state["s1"]
 
@@ -87,17 +106,18 @@ def window_stats(state: dict[str, Any]) -> tuple[float, float]:
     """(mean, population std) of the window from the exact sums; both are within the range of
     the window's values, so neither can overflow."""
     n = len(state["window"])
-    if n == 0:
+    if n == 0 or state["scale"] is None:
         return 0.0, 0.0
-    mean = state["s1"] / (n << _SCALE_BITS)
+    scale = state["scale"]
+    mean = _times_power(state["s1"], scale, n)
     spread = _spread(state)
-    # std = sqrt(n^2 var) / n, in units of 2**-1074
-    std = _root(spread) / (n << (_SCALE_BITS + _ROOT_BITS)) if spread else 0.0
+    # std = sqrt(n^2 var) / n, in units of 2**scale
+    std = _times_power(_root(spread), scale - _ROOT_BITS, n) if spread else 0.0
     return mean, std
 
 
 def _deviation(state: dict[str, Any], units: int) -> int:
-    """n * |value - mean| in units of 2**-1074, exactly."""
+    """n * |value - mean| in units of 2**scale, exactly."""
     return abs(len(state["window"]) * units - state["s1"])
 
 
@@ -115,13 +135,21 @@ def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: 
     value = float(value)
     if not math.isfinite(state["sum"] + value):
         raise Rejected(running_sum_overflow_reason(state["sum"], value))
-    units = _units(value)
+    m, e = _split(value)
+    scale = state["scale"]
+    if m and (scale is None or e < scale):
+        if scale is not None:  # a finer value: the sums move to its unit
+            state["s1"] <<= scale - e
+            state["s2"] <<= 2 * (scale - e)
+        state["scale"] = scale = e
+    units = _scaled(m, e, scale) if m else 0
     window = state["window"]
     window.append(value)
     state["s1"] += units
     state["s2"] += units * units
     if len(window) > rule.window:
-        evicted = _units(window.pop(0))
+        old_m, old_e = _split(window.pop(0))
+        evicted = _scaled(old_m, old_e, scale) if old_m else 0
         state["s1"] -= evicted
         state["s2"] -= evicted * evicted
 
@@ -135,7 +163,6 @@ def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: 
     if len(window) <= rule.min_count:
         state["last_z"] = None
         return None
-    mean, std = window_stats(state)
     spread, deviation = _spread(state), _deviation(state, units)
     if spread == 0:
         z = None  # a constant window: the value equals the mean
@@ -143,11 +170,12 @@ def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: 
     else:
         # z = n|value - mean| / sqrt(n^2 var); anomalous when z > threshold, compared squared.
         z = (deviation << _ROOT_BITS) / _root(spread)
-        threshold = Fraction(rule.threshold)
-        anomalous = deviation * deviation * threshold.denominator**2 > threshold.numerator**2 * spread
+        num, den = rule.threshold_ratio
+        anomalous = deviation * deviation * den * den > num * num * spread
     state["last_z"] = z
     if not anomalous:
         return None
+    mean, std = window_stats(state)
     state["last_anomaly"] = {"ts": ts, "value": value, "z": z}
     z_text = "inf (window is constant)" if z is None else f"{z:.2f}"
     return Alert.build(

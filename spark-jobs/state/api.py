@@ -255,6 +255,6 @@ def _initial_state(df: DataFrame, key: str, spec: StateSpec) -> DataFrame:
         else:
             state = initial[state_name].cast("string")
         return initial.select(initial[key_name].cast(key_type).alias("key"), state.alias("state"))
-    pairs = [(k, codec.encode(s)) for k, s in spec.initial]
+    pairs = [(k, codec.to_json(s)) for k, s in spec.initial]
     schema = StructType([StructField("key", key_type), StructField("state", StringType())])
     return df.sparkSession.createDataFrame(pairs, schema)

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Protocol
 from streamstate.jobs.state.keyrun import KeyRun, Plan
 from streamstate.jobs.state.state import describe_key
 
-# An entry of the hot set: [state text, deadline or None, has a cold copy, last visit, changed since loaded].
+# An entry of the hot set: [stored state, deadline or None, has a cold copy, last visit, changed since loaded].
 TEXT, DEADLINE, IN_COLD, LAST_SEEN, DIRTY = range(5)
 # Width of a wheel tick: a cold key returns to the hot set at most this long before its deadline.
 TICK_MS = 60_000
@@ -41,8 +41,8 @@ class BucketStore(Protocol):
 
     def load_hot(self) -> bytes | None: ...
     def save_hot(self, blob: bytes) -> None: ...
-    def cold_get(self, key: str) -> tuple[str, int | None] | None: ...
-    def cold_put(self, key: str, text: str, deadline: int | None) -> None: ...
+    def cold_get(self, key: str) -> tuple[bytes, int | None] | None: ...
+    def cold_put(self, key: str, stored: bytes, deadline: int | None) -> None: ...
     def cold_remove(self, key: str) -> None: ...
     def wheel_get(self, tick: int) -> bytes | None: ...
     def wheel_put(self, tick: int, blob: bytes) -> None: ...
@@ -67,7 +67,8 @@ class Bucket:
     tick_ms: int
     hot: dict[Any, list] = field(default_factory=dict)
     cold_count: int = 0
-    timer_ms: int | None = None
+    timer_ms: int | None = None  # the hot timer
+    ticks: set[int] = field(default_factory=set)  # starts of the wheel ticks with a timer
     visit: int = 0
     rows: list[tuple] = field(default_factory=list)
     _seen: set = field(default_factory=set)
@@ -77,14 +78,15 @@ class Bucket:
         blob = self.store.load_hot()
         if blob is not None:
             stored = pickle.loads(blob)
-            self.hot, self.cold_count, self.timer_ms, self.visit = stored["hot"], stored["cold"], stored["timer"], stored["visit"]
+            self.hot, self.cold_count, self.visit = stored["hot"], stored["cold"], stored["visit"]
+            self.timer_ms, self.ticks = stored["timer"], stored["ticks"]
         self.visit += 1
         return self
 
     def save(self) -> None:
         self._evict()
         self._set_timer()
-        blob = {"hot": self.hot, "cold": self.cold_count, "timer": self.timer_ms, "visit": self.visit}
+        blob = {"hot": self.hot, "cold": self.cold_count, "timer": self.timer_ms, "ticks": self.ticks, "visit": self.visit}
         self.store.save_hot(pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL))
 
     # ------------------------------------------------------------------ keys
@@ -143,22 +145,22 @@ class Bucket:
             run.apply_timeout()
             self._settle(key, run, entry)
 
-    def bring_back(self, tick_start_ms: int) -> None:
+    def timer_fired(self, at_ms: int) -> None:
+        """A timer fired (Spark deletes it): the hot timer, a wheel tick's, or both at once."""
+        if at_ms == self.timer_ms:
+            self.timer_ms = None
+        if at_ms in self.ticks:
+            self.ticks.discard(at_ms)
+            self._bring_back(at_ms // self.tick_ms)
+
+    def _bring_back(self, tick: int) -> None:
         """A wheel tick started: its cold keys return to the hot set (then :meth:`apply_due`)."""
-        tick = tick_start_ms // self.tick_ms
-        if tick * self.tick_ms != tick_start_ms:
-            return  # not a tick timer: the bucket's hot timer
         blob = self.store.wheel_get(tick)
         if blob is None:
             return
         self.store.wheel_remove(tick)
         for key in pickle.loads(blob):
             self._entry(key)  # a key removed since has no cold entry, and comes back as nothing
-
-    def timer_fired(self, at_ms: int) -> None:
-        if at_ms == self.timer_ms:
-            self.timer_ms = None  # Spark deletes a timer once it fired
-        self.bring_back(at_ms)
 
     # ------------------------------------------------------------------ capacity and timers
     def _tick_of(self, deadline: int) -> int:
@@ -186,10 +188,13 @@ class Bucket:
             if entry[DEADLINE] is not None and self.now_ms is not None:
                 wheel.setdefault(self._tick_of(entry[DEADLINE]), []).append(key)
         for tick, keys in wheel.items():
-            filed = self.store.wheel_get(tick)
+            start = tick * self.tick_ms
+            filed = self.store.wheel_get(tick) if start in self.ticks else None
             self.store.wheel_put(tick, pickle.dumps((pickle.loads(filed) if filed else []) + keys, protocol=pickle.HIGHEST_PROTOCOL))
-            if filed is None:
-                self.store.register_timer(tick * self.tick_ms)
+            if start not in self.ticks:
+                if start != self.timer_ms:
+                    self.store.register_timer(start)
+                self.ticks.add(start)
 
     def _set_timer(self) -> None:
         """One timer at the earliest hot deadline (ticks have their own timers); none without a clock."""
@@ -198,15 +203,15 @@ class Bucket:
         earliest = min((e[DEADLINE] for e in self.hot.values() if e[DEADLINE] is not None), default=None)
         if earliest == self.timer_ms:
             return
-        if self.timer_ms is not None:
+        if self.timer_ms is not None and self.timer_ms not in self.ticks:  # a tick shares it: kept
             self.store.delete_timer(self.timer_ms)
-        if earliest is not None:
+        if earliest is not None and earliest not in self.ticks:
             self.store.register_timer(earliest)
         self.timer_ms = earliest
 
 
-def initial_entries(plan: Plan, pairs: Iterable[tuple[Any, str]], deadline: int | None) -> Iterable[tuple[Any, str, int | None]]:
-    """(key, checked state text, deadline) of initial states: each is decoded and re-encoded, so
-    a state that does not fit the spec's type fails here, naming the key."""
+def initial_entries(plan: Plan, pairs: Iterable[tuple[Any, str]], deadline: int | None) -> Iterable[tuple[Any, bytes, int | None]]:
+    """(key, stored state, deadline) of initial states given as JSON text: a state that does not
+    fit the spec's type fails here, naming the key."""
     for key, text in pairs:
-        yield key, plan.codec.encode(plan.codec.decode(key, text)), deadline
+        yield key, plan.codec.encode(plan.codec.from_json(key, text)), deadline

@@ -164,7 +164,7 @@ class KeyRun:
     def _snapshot_payload(self) -> str | None:
         """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
         if self.plan.snapshot is None:
-            payload = self.committed
+            payload = None if self.committed is None else self.plan.codec.to_json(self.driver.value)
         else:
             view = self.plan.snapshot(self.key, None if self.committed is None else self.driver.value)
             payload = view if view is None or isinstance(view, str) else to_json(view)

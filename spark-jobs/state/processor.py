@@ -22,7 +22,7 @@ from streamstate.jobs.state.keyrun import OUTPUT_COLUMNS, Plan
 from streamstate.jobs.state.packing import BLOB, rows_by_key, unpack
 
 HOT_SCHEMA = "blob BINARY"
-COLD_KEY_SCHEMA, COLD_VALUE_SCHEMA = "key STRING", "state STRING, deadline LONG"
+COLD_KEY_SCHEMA, COLD_VALUE_SCHEMA = "key STRING", "state BINARY, deadline LONG"
 WHEEL_KEY_SCHEMA, WHEEL_VALUE_SCHEMA = "tick LONG", "keys BINARY"
 
 
@@ -42,12 +42,12 @@ class _Store:
     def save_hot(self, blob: bytes) -> None:
         self.hot.update((blob,))
 
-    def cold_get(self, key: str) -> tuple[str, int | None] | None:
+    def cold_get(self, key: str) -> tuple[bytes, int | None] | None:
         stored = self.cold.getValue((key,))
-        return None if stored is None else (stored[0], stored[1])
+        return None if stored is None else (bytes(stored[0]), stored[1])
 
-    def cold_put(self, key: str, text: str, deadline: int | None) -> None:
-        self.cold.updateValue((key,), (text, deadline))
+    def cold_put(self, key: str, stored: bytes, deadline: int | None) -> None:
+        self.cold.updateValue((key,), (stored, deadline))
 
     def cold_remove(self, key: str) -> None:
         self.cold.removeKey((key,))

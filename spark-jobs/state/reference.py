@@ -190,7 +190,7 @@ class ReferenceRun:
             return None
         try:
             if self.spec.snapshot_fn is None:
-                payload = after
+                payload = None if after is None else self.codec.to_json(self.codec.decode(key, after))
             else:
                 view = self.spec.snapshot_fn(key, None if after is None else self.codec.decode(key, after))
                 payload = view if view is None or isinstance(view, str) else to_json(view)

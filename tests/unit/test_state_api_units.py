@@ -63,10 +63,11 @@ class Counter(BaseModel):
 def test_typed_codec_names_key_and_type_on_mismatch():
     codec = StateCodec(Counter)
     assert codec.decode("a", codec.encode({"count": 2})) == Counter(count=2)
+    assert codec.to_json(Counter(count=2)) == '{"count":2}'
     with pytest.raises(StateTypeError, match=r"stored state of key 'a' is not a valid Counter.*count"):
-        codec.decode("a", '{"count": "many"}')
-    with pytest.raises(StateTypeError, match="key 'b'"):
-        codec.decode("b", "3")
+        codec.from_json("a", '{"count": "many"}')
+    with pytest.raises(StateTypeError, match="key 'b'.*stored: 3"):
+        codec.decode("b", StateCodec().encode(3))
 
 
 def test_one_line_reason():

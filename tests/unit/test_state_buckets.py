@@ -134,7 +134,7 @@ def comparable(rows) -> dict:
 
 
 @given(st.integers(0, 2**32), st.integers(1, 6), st.integers(1, 40))
-@hsettings(max_examples=60, deadline=None)
+@hsettings(max_examples=400, deadline=None)
 def test_a_small_hot_set_changes_nothing_a_key_sees(seed, capacity, batches):
     """Keys evicted to cold, fetched back and brought back by the wheel give exactly the rows
     the reference gives (no buckets, no capacity)."""

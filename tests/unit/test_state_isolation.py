@@ -32,22 +32,28 @@ def plan_of(spec: StateSpec) -> Plan:
     )
 
 
-def engine_batch(spec: StateSpec, key, values, text=None):
-    """One key's batch through the engine's per-key run: (rows, committed state text)."""
+def as_json(spec: StateSpec, stored: bytes | None) -> str | None:
+    """A stored state as the JSON its snapshot would publish (None: no state)."""
+    codec = StateCodec(spec.state_cls)
+    return None if stored is None else codec.to_json(codec.decode("k", stored))
+
+
+def engine_batch(spec: StateSpec, key, values):
+    """One key's batch through the engine's per-key run: (rows, committed state as JSON)."""
     rows = [(key, value, None, "t", 0, offset) for offset, value in enumerate(values)]
-    run = KeyRun(plan_of(spec), key, text, None, watermark_ms=-1, processing_time_ms=0)
+    run = KeyRun(plan_of(spec), key, None, None, watermark_ms=-1, processing_time_ms=0)
     run.apply_rows(rows)
     snapshot = run.snapshot_row()
     out = [(kind, payload, reason) for kind, _key, payload, reason, *_ in run.rows]
     if snapshot is not None:
         out.append((SNAPSHOT, snapshot[2], None))
-    return out, run.committed
+    return out, as_json(spec, run.committed)
 
 
 def reference_batch(spec: StateSpec, key, values):
     run = ReferenceRun(spec)
     run.run_batch([(key, value) for value in values])
-    return by_key(run.rows).get(key, []), run.store.get(key)
+    return by_key(run.rows).get(key, []), as_json(spec, run.store.get(key))
 
 
 BOTH = pytest.mark.parametrize("run_batch", [engine_batch, reference_batch], ids=["engine", "reference"])
@@ -153,11 +159,11 @@ def test_a_timeout_call_that_raises_keeps_the_state_and_dead_letters_the_key():
     run.run_batch([("a", 1, 100)])
     run.run_batch([("b", 1, 200)])  # watermark 200 passes a's deadline 110
     assert by_key(run.rows)["a"][-1] == (DEAD_LETTER, None, "RuntimeError: cannot close")
-    assert run.store["a"] == "1" and "a" not in run.deadlines
+    assert run.store["a"] == StateCodec().encode(1) and "a" not in run.deadlines
 
-    engine = KeyRun(plan_of(StateSpec.function(fail_on_timeout).timeout(10).event_time("t")), "a", "1", 110, 200, 0)
+    engine = KeyRun(plan_of(StateSpec.function(fail_on_timeout).timeout(10).event_time("t")), "a", StateCodec().encode(1), 110, 200, 0)
     engine.apply_timeout()
-    assert engine.committed == "1" and engine.deadline is None and engine.snapshot_row() is None
+    assert engine.committed == StateCodec().encode(1) and engine.deadline is None and engine.snapshot_row() is None
     assert [r[0] for r in engine.rows] == [DEAD_LETTER]
 
 
