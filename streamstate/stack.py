@@ -236,6 +236,28 @@ class EmbeddedStack:
             raise RuntimeError("no object store: start_object_store() first")
         return S3(self.minio.endpoint, self.s3_credentials.access_key, self.s3_credentials.secret_key)
 
+    def prepare_checkpoints(self) -> str:
+        """Make the checkpoints fit the broker, and say how (one line for the start-up output).
+
+        The embedded broker starts empty: checkpoints of an earlier run hold offsets into data
+        that is gone, and resuming from them would skip the new run's first records. They are
+        moved aside (only the latest earlier run is kept, as ``<root>.previous``). A broker that
+        keeps its data (production) keeps its checkpoints: the jobs resume where they stopped.
+        """
+        root = self.settings.checkpoint_root
+        if self.profile.broker_keeps_data:
+            return f"checkpoints kept in {root}: the broker keeps its data, so the jobs resume where they stopped"
+        local = Path(root)
+        if root.startswith(("s3a://", "hdfs://")) or not local.exists() or not any(local.iterdir()):
+            return f"checkpoints start empty in {root}: the broker starts empty, so every record is processed from the start"
+        previous = local.with_name(local.name + ".previous")
+        shutil.rmtree(previous, ignore_errors=True)
+        local.rename(previous)
+        return (
+            f"the embedded broker starts empty, so this run starts from fresh checkpoints in {root}; "
+            f"the previous run's were moved to {previous}"
+        )
+
     def start_infrastructure(self) -> None:
         """Everything the jobs need under this profile: the broker and topics, and the object store."""
         self.start_broker()
