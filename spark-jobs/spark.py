@@ -90,6 +90,15 @@ def s3a_conf(settings: Settings, environ: dict[str, str] | None = None) -> dict[
     return conf
 
 
+def configure_s3a(spark: SparkSession, settings: Settings, environ: dict[str, str] | None = None) -> None:
+    """Apply :func:`s3a_conf` to a running session (a session built before the object store
+    existed, as the tests' shared one). S3A file systems are cached per bucket once used,
+    so this must come before the first s3a:// access with these settings."""
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - Hadoop's conf is only reachable here
+    for key, value in s3a_conf(settings, environ).items():
+        hadoop_conf.set(key.removeprefix("spark.hadoop."), value)
+
+
 def _executor_conf(settings: Settings) -> dict[str, str]:
     """Executor sizing on a cluster; unset settings leave Spark's (or spark-defaults.conf's) values."""
     wanted = {

@@ -99,7 +99,7 @@ class KafkaBroker:
             return None
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
-            self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+            self.java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config", str(config)),
             capture_output=True, text=True, timeout=120,
         )
         if result.returncode != 0:

@@ -117,6 +117,14 @@ class EmbeddedStack:
         if not self.quiet:
             print(f"[streamstate] {message}", flush=True)
 
+    def sibling(self, settings: Settings, workdir: Path) -> "EmbeddedStack":
+        """A launcher for more processes on this stack's servers (it starts none itself):
+        same profile, same object store credentials, its own settings, logs and processes."""
+        return EmbeddedStack(
+            settings=settings, workdir=workdir, quiet=self.quiet, profile=self.profile,
+            minio=self.minio, s3_credentials=self.s3_credentials,
+        )
+
     # -- process management ------------------------------------------------------
     def env(self) -> dict[str, str]:
         """Environment for children: the settings as STREAMSTATE_* variables."""
@@ -217,14 +225,7 @@ class EmbeddedStack:
             raise RuntimeError(f"{exc}\n{proc.tail()}") from None
         self.s3_credentials = self.minio.credentials()
         S3(self.minio.endpoint, self.s3_credentials.access_key, self.s3_credentials.secret_key).create_bucket(bucket)
-        root = self.settings.checkpoint_root
-        self.settings = self.settings.model_copy(
-            update={
-                "s3_endpoint": self.minio.endpoint,
-                "spark_jars": ",".join(str(jar) for jar in deps.spark_jars()),
-                "checkpoint_root": root if root.startswith("s3a://") else f"s3a://{bucket}/checkpoints",
-            }
-        )
+        self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket, deps.spark_jars())
         self.say(f"MinIO {_versions()['MINIO_RELEASE']} (S3 API) at {self.minio.endpoint}, bucket {bucket}, data in {self.minio.home / 'data'}")
         return self.minio.endpoint
 
@@ -311,6 +312,21 @@ class EmbeddedStack:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def object_store_settings(settings: Settings, endpoint: str, bucket: str, jars: list[Path]) -> Settings:
+    """What the production profile changes for its jobs once the object store runs: the S3
+    endpoint, the connector and S3A jars, and s3a:// checkpoints (unless already there).
+    With ``kafka_source`` (set by the profile) this is what compose's jobs get as
+    STREAMSTATE_* variables; tests/compose/test_compose_drift.py compares the two."""
+    root = settings.checkpoint_root
+    return settings.model_copy(
+        update={
+            "s3_endpoint": endpoint,
+            "spark_jars": ",".join(str(jar) for jar in jars),
+            "checkpoint_root": root if root.startswith("s3a://") else f"s3a://{bucket}/checkpoints",
+        }
+    )
 
 
 def _wait_for_port(port: int, timeout_s: float, alive) -> None:

@@ -1,4 +1,4 @@
-"""Crash recovery, repeated: both jobs run as separate processes on a scripted input and
+"""Crash recovery, repeated, on both profiles: both jobs run as separate processes on a scripted input and
 are SIGKILLed at seeded random points (at least 5 kill/restart cycles each, killed
 independently), then run to the end on the same checkpoints. The final state snapshots,
 closed sessions and dead letters equal the plain-Python reference exactly, every expected
@@ -53,9 +53,10 @@ class Feeder:
             return sum(r.topic == topic for r in self.scenario.produced)
 
 
-def test_jobs_killed_repeatedly_end_equal_to_the_reference(pipeline_stack, bootstrap):
-    stack = pipeline_stack
+def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stack):
+    stack = profile_pipeline_stack
     settings = stack.settings
+    bootstrap = settings.bootstrap_servers
     scenario = build_scenario(SEED, events=EVENTS, metrics=METRICS)
     feeder = Feeder(bootstrap, settings, scenario, CYCLES + 1)
     topic_of = {"sessions": settings.topic_user_events, "anomalies": settings.topic_metrics}
