@@ -26,7 +26,8 @@ from tests.scenario import Scenario, differences, build_scenario, collect_output
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EVENTS, METRICS = 800, 400
-SOURCE_RDD = "DataSourceRDD"  # the RDD of a data source V2 scan (both Kafka formats): the Kafka reads
+# The RDDs that read Kafka: a Python data source scan, or the built-in connector's (its V1 source).
+SOURCE_RDDS = ("DataSourceRDD", "KafkaSourceRDD")
 
 
 def sessions_scenario(seed: int) -> Scenario:
@@ -89,7 +90,7 @@ class EventLog:
         return cls(log.name.removesuffix(".inprogress"), tasks, removed)
 
     def executors(self, only_source: bool = False) -> set[str]:
-        return {executor for rdds, executor, _, _ in self.tasks if SOURCE_RDD in rdds or not only_source}
+        return {executor for rdds, executor, _, _ in self.tasks if not only_source or any(r in rdds for r in SOURCE_RDDS)}
 
 
 def shipped_zips(cluster, app_id: str) -> list[Path]:
