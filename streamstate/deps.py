@@ -21,7 +21,7 @@ from streamstate.settings import REPO_ROOT
 
 VERSIONS_FILE = REPO_ROOT / "infra" / "versions.env"
 SCRIPTS = REPO_ROOT / "infra" / "deps"
-DEPS_DIR = Path(os.environ.get("STREAMSTATE_DEPS_DIR", REPO_ROOT / ".deps"))
+DEPS_DIR = REPO_ROOT / ".deps"  # infra/deps/common.sh installs here
 COMPONENTS = ("spark-jars", "kafka", "minio")
 
 
@@ -67,7 +67,7 @@ def ensure(component: str) -> Path:
     result = subprocess.run(
         ["bash", str(script)],
         cwd=REPO_ROOT,
-        env={**os.environ, "STREAMSTATE_DEPS_DIR": str(DEPS_DIR), "PYTHON": sys.executable},
+        env={**os.environ, "PYTHON": sys.executable},
     )
     if result.returncode != 0 or not installed(component):
         raise DependencyMissing(f"{component} could not be installed: `bash {script.relative_to(REPO_ROOT)}` exited {result.returncode}")

@@ -7,7 +7,7 @@ PROJECT_ROOT="$(cd "$DEPS_SCRIPTS/../.." && pwd)"
 VERSIONS_FILE="${VERSIONS_FILE:-$PROJECT_ROOT/infra/versions.env}"
 # Installs are cached here (gitignored), one directory per version; Maven's ~/.m2 and Go's
 # module and build caches make a second machine-wide install quick too.
-DEPS_DIR="${STREAMSTATE_DEPS_DIR:-$PROJECT_ROOT/.deps}"
+DEPS_DIR="$PROJECT_ROOT/.deps"
 
 set -a
 # shellcheck source=../versions.env

@@ -11,6 +11,7 @@ event log, which the job writes into the test's directory.
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
