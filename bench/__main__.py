@@ -71,6 +71,10 @@ NOTES = [
     "delivery-checked Kafka writes); source_rows_read in results.json counts every scan of the topic.",
     "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
     "group rebalance before the first record is not counted.",
+    "Production-path rows: the same fixed-seed datasets produced to a native Apache Kafka broker (the release compose "
+    "runs), read and written by Spark's built-in connector (its V1 source), checkpoints over s3a:// in a native MinIO, "
+    "in the same SparkSession; one discarded warm-up run each. Their ratio to the Python-source rows mixes three "
+    "changes at once: broker, connector and checkpoint store.",
 ]
 
 
