@@ -1,23 +1,40 @@
 # The two commands of the README: `make run` and `make test`. Everything they need is
-# installed here, so a fresh clone needs nothing but Python 3.11, Java 17 and make.
+# installed here, so a fresh clone needs nothing but Python 3.11, Java 17, Maven, Go and make.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+# embedded (Tansu in memory, local checkpoints) or production (Apache Kafka, Spark's
+# Kafka connector, s3a:// checkpoints in MinIO): `make run PROFILE=production`.
+PROFILE ?= embedded
 
-.PHONY: run test bench setup java test-deps kinesis-server compose-check clean
+# The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
+include infra/versions.env
 
-run: setup $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## embedded stack + jobs + API + producers; Ctrl-C stops all
-	$(BIN)/streamstate up
+.PHONY: run test bench setup java spark-pin test-deps deps versions kinesis-server clean
 
-test: setup test-deps           ## the whole test suite (CI runs this)
+run: setup $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
+	$(BIN)/streamstate up --profile $(PROFILE)
+
+test: setup test-deps deps      ## the whole test suite (CI runs this)
 	$(BIN)/pytest
+
+deps: setup                     ## the production profile's parts: Spark jars, Apache Kafka, MinIO (cached in .deps/)
+	bash infra/deps/install-spark-jars.sh
+	bash infra/deps/install-kafka.sh
+	bash infra/deps/install-minio.sh
+
+versions: setup                 ## re-render docker-compose.yml and the Dockerfiles from infra/versions.env
+	$(BIN)/python -m streamstate.version_pins
 
 bench: setup                    ## benchmarks: prints a table, writes bench/results.json
 	$(BIN)/pip install -q -e ".[test,bench]"
 	$(BIN)/python -m bench
 
-setup: java $(STAMP)
+setup: java spark-pin $(STAMP)
+
+spark-pin:                      # the wheel and the jars must be the same Spark
+	@grep -q '"pyspark==$(SPARK_VERSION)"' pyproject.toml || { echo "error: infra/versions.env has SPARK_VERSION=$(SPARK_VERSION) but pyproject.toml pins another pyspark: make them equal." >&2; exit 1; }
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 or newer is required by Spark; install it (e.g. apt-get install -y openjdk-17-jre-headless) and retry." >&2; exit 1; }
@@ -34,11 +51,11 @@ $(STAMP):
 	$(BIN)/pip install -q -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
-test-deps: kinesis-server       ## Debian packages the tests use: prometheus, docker-compose
+test-deps: kinesis-server       ## Debian packages the tests use: prometheus, docker-compose, maven
 	bash infra/install-test-deps.sh
 
 kinesis-server:                 ## the local Kinesis-API server (kinesis-mock from npm; Node.js from Debian if missing)
 	bash infra/kinesis/install.sh
 
-clean:
+clean:                          ## run-time state (not the installed .deps/)
 	rm -rf var .pytest_cache bench/runs

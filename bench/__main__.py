@@ -13,7 +13,10 @@ every Spark figure; fresh checkpoints, consumer groups and output topics per run
 5. state scale: batch time with many vs few keys in state, same batch (``bench.state_scale``);
 6. API, for 1,000,000 and 10,000,000 users: RSS, cold rebuild, restart to ready with the
    store present, p50/p99 at 1,000 and 2,500 requests/s from a second process (``bench.api_latency``);
-7. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
+7. production: figures 2-4's jobs on the production path, next to the Python-source rows:
+   Apache Kafka (native KRaft broker), Spark's built-in connector, s3a:// checkpoints in
+   MinIO (``bench.production``);
+8. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
    standalone cluster (``bench.cluster_throughput``).
 
 Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 events over
@@ -43,7 +46,7 @@ from typing import Any, Callable
 from bench.report import write_results
 
 HERE = Path(__file__).resolve().parent
-FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "api", "cluster")
+FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "production", "api", "cluster")
 DEFAULT_FIGURES = FIGURES[:-1]  # the cluster figure starts a second Spark: only when asked for
 SIZES = {  # name -> (default: the issue's, --quick)
     "events": (1_000_000, 100_000),
@@ -70,6 +73,10 @@ NOTES = [
     "delivery-checked Kafka writes); source_rows_read in results.json counts every scan of the topic.",
     "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
     "group rebalance before the first record is not counted.",
+    "Production-path rows: the same fixed-seed datasets produced to a native Apache Kafka broker (the release compose "
+    "runs), read and written by Spark's built-in connector (its V1 source), checkpoints over s3a:// in a native MinIO, "
+    "in the same SparkSession; one discarded warm-up run each. Their ratio to the Python-source rows mixes three "
+    "changes at once: broker, connector and checkpoint store.",
 ]
 
 
@@ -126,8 +133,8 @@ class Run:
                 "spark_master": settings.spark_master,
                 "shuffle_partitions": settings.shuffle_partitions,
                 "state_store": settings.state_store,
-                "kafka_source": "the project's Python data source (no Maven Central here for spark-sql-kafka)",
-                "throughput_trigger": "availableNow (one batch on the Python source)",
+                "kafka_source": "the project's Python data source; the production rows: Spark's built-in connector on Apache Kafka",
+                "throughput_trigger": "availableNow (one batch)",
                 "runs_per_figure": args.runs,
                 "seed": SEED,
             },
@@ -241,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_started = time.perf_counter()
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from bench import anomalies_throughput, latency, sessions_throughput
+    from bench import anomalies_throughput, latency, production, sessions_throughput
     from bench.dataset import produce_metrics, produce_user_events
     from streamstate.jobs.spark import build_spark
     from streamstate.settings import Settings
@@ -250,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)
-    needs_spark = {"sessions", "anomalies", "latency", "state"} & set(args.only)
+    needs_spark = {"sessions", "anomalies", "latency", "state", "production"} & set(args.only)
+    if "production" in args.only:
+        from streamstate import deps
+
+        # One SparkSession for every figure: the connector and S3A jars go on it from the start
+        # (the embedded figures keep the Python source: their stack's profile sets it).
+        settings = settings.model_copy(update={"spark_jars": ",".join(str(jar) for jar in deps.spark_jars())})
     with EmbeddedStack(settings=settings, workdir=workdir, quiet=True) as stack:
         bootstrap = stack.start_broker()
         settings = stack.settings
@@ -271,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))
             run.figure("latency", lambda: latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds))
             run.figure("state", lambda: state_scale(spark, workdir, args.state_small, args.state_large, args.runs))
+            run.figure("production", lambda: production.measure(spark, settings, workdir, args, SEED, WARM_UP_EVENTS))
         finally:
             if spark is not None:
                 spark.stop()

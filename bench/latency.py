@@ -114,14 +114,18 @@ def wait_caught_up(query, ends: dict[tuple[str, int], int], limit_s: float) -> b
     return False
 
 
-def measure(spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_000, seconds: float = 15.0, trigger: str = "250 milliseconds") -> dict[str, Any]:
-    """p50/p99 produce-to-alert latency at ``rate`` points/s, per period and their medians."""
+def measure(
+    spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_000, seconds: float = 15.0,
+    trigger: str = "250 milliseconds", checkpoint: str | None = None,
+) -> dict[str, Any]:
+    """p50/p99 produce-to-alert latency at ``rate`` points/s, per period and their medians
+    (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location)."""
     input_topic = f"bench-latency-metrics-{int(time.time())}"
     create_topics(settings.bootstrap_servers, [TopicSpec(input_topic, 4)])
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()
-    query = start_query(spark, run_settings, "anomalies", anomalies_job.build, str(workdir / "latency"))
+    query = start_query(spark, run_settings, "anomalies", anomalies_job.build, checkpoint or str(workdir / "latency"))
     periods = []
     try:
         print(f"  latency warm-up: {seconds:.0f}s at {rate:,}/s (discarded)", flush=True)

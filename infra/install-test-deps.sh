@@ -2,12 +2,14 @@
 # Installs the system tools the test suite needs and the Python packages cannot bring:
 #   prometheus      - the dashboard acceptance test evaluates every panel's PromQL against it
 #   docker-compose  - validates docker-compose.yml offline (`docker-compose config -q`, no engine needed)
-# Both come from Debian's packages. Idempotent: does nothing when both are present.
+#   maven           - resolves the production profile's jars (infra/deps/, run by `make deps`)
+# All come from Debian's packages. Idempotent: does nothing when all are present.
 set -euo pipefail
 
 missing=()
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
+from streamstate.profiles import PROFILES
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.topics import TopicSpec, create_topics, existing_topics, load_topics, wait_for_broker
 
@@ -109,10 +110,14 @@ def topics_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_up(args: argparse.Namespace, settings: Settings) -> int:
-    """The whole pipeline on the embedded stack until Ctrl-C."""
+    """The whole pipeline, in the chosen profile, until Ctrl-C."""
+    from streamstate.deps import DependencyMissing
     from streamstate.up import up
 
-    return up(settings, producers=not args.no_producers)
+    try:
+        return up(settings, producers=not args.no_producers, profile=PROFILES[args.profile])
+    except DependencyMissing as exc:
+        raise CommandError(str(exc)) from None
 
 
 def show_config(args: argparse.Namespace, settings: Settings) -> int:
@@ -158,8 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="Also list topics not in the topic file.")
     listing.set_defaults(command=topics_list)
 
-    up = commands.add_parser("up", help="Run the whole pipeline on the embedded stack (no Docker) until Ctrl-C.")
+    up = commands.add_parser("up", help="Run the whole pipeline without Docker until Ctrl-C.")
     up.add_argument("--no-producers", action="store_true", help="Do not start the demo producers.")
+    up.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="embedded",
+        help="embedded (default): Tansu in memory, the Python Kafka source, local checkpoints; production: Apache "
+        "Kafka (KRaft), Spark's built-in Kafka connector, s3a:// checkpoints in MinIO, as docker compose runs.",
+    )
     up.set_defaults(command=run_up)
 
     config = commands.add_parser("config", help="Print the settings (STREAMSTATE_* variables) in effect.")

@@ -76,6 +76,16 @@ class Settings(BaseSettings):
         str(REPO_ROOT / "var" / "checkpoints"),
         description="Checkpoint root; a local path or s3a://bucket/prefix.",
     )
+    s3_endpoint: str | None = Field(
+        None,
+        description="S3 endpoint of s3a:// checkpoints (path-style, e.g. http://127.0.0.1:9000 for MinIO); unset: S3A's "
+        "own configuration. Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, as S3A reads them.",
+    )
+    spark_jars: str = Field(
+        "",
+        description="Extra jars for Spark (spark.jars, comma-separated paths): the production profile sets the "
+        "installed Kafka connector and hadoop-aws jars.",
+    )
     state_store: Literal["rocksdb", "hdfs"] = Field("rocksdb", description="State store provider.")
     job_max_restarts: int = Field(
         5, ge=0, description="Times a failed job query is restarted from its checkpoint (with backoff) before the job exits."

@@ -1,8 +1,11 @@
-"""The embedded (no-Docker) stack: broker, topics, jobs, API, Prometheus, producers.
+"""The no-Docker stack: broker, topics, object store, jobs, API, Prometheus, producers.
 
-Every process it starts runs in its own process group with a parent-death signal, and
-:meth:`EmbeddedStack.stop` (also called on exit, Ctrl-C and SIGTERM) ends each group,
-so nothing is left behind. Tests use the same class as a session fixture.
+One launcher for both profiles (:mod:`streamstate.profiles`): the embedded one (Tansu in
+memory, local checkpoints) and the production one (Apache Kafka and MinIO from
+:mod:`streamstate.production`, s3a:// checkpoints). Every process it starts runs in its
+own process group with a parent-death signal, and :meth:`EmbeddedStack.stop` (also
+called on exit, Ctrl-C and SIGTERM) ends each group, so nothing is left behind. Tests use
+the same class as session fixtures.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamstate.production import KafkaBroker, MinioServer, S3Credentials
+from streamstate.profiles import EMBEDDED, Profile
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.topics import ensure_topics, wait_for_broker
 
@@ -88,22 +94,37 @@ def broker_binary() -> str:
 
 @dataclass
 class EmbeddedStack:
-    """Starts and owns the processes of the embedded stack."""
+    """Starts and owns the processes of the stack, in one of the profiles."""
 
     settings: Settings = field(default_factory=Settings)
     workdir: Path = field(default_factory=lambda: REPO_ROOT / "var")
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     quiet: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)  # for every child, unless already set
+    profile: Profile = EMBEDDED
+    kafka: KafkaBroker | None = None  # the Apache Kafka broker (production profile)
+    minio: MinioServer | None = None
+    s3_credentials: S3Credentials | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
+        # The profile decides the Kafka format: `auto` would take the built-in connector
+        # wherever its jars are on spark.jars, also against the embedded broker.
+        self.settings = self.settings.model_copy(update={"kafka_source": self.profile.kafka_source})
         atexit.register(self.stop)
 
     def say(self, message: str) -> None:
         if not self.quiet:
             print(f"[streamstate] {message}", flush=True)
+
+    def sibling(self, settings: Settings, workdir: Path) -> "EmbeddedStack":
+        """A launcher for more processes on this stack's servers (it starts none itself):
+        same profile, same object store credentials, its own settings, logs and processes."""
+        return EmbeddedStack(
+            settings=settings, workdir=workdir, quiet=self.quiet, profile=self.profile,
+            minio=self.minio, s3_credentials=self.s3_credentials,
+        )
 
     # -- process management ------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -118,6 +139,8 @@ class EmbeddedStack:
         for name, value in self.extra_env.items():
             env.setdefault(name, value)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.s3_credentials is not None:
+            env.update(self.s3_credentials.env())
         return env
 
     def spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> ManagedProcess:
@@ -145,6 +168,12 @@ class EmbeddedStack:
 
     # -- components ----------------------------------------------------------------
     def start_broker(self, port: int | None = None) -> str:
+        """The profile's broker with the pipeline topics; returns its bootstrap address."""
+        if self.profile.broker == "apache-kafka":
+            return self.start_kafka(port)
+        return self.start_tansu(port)
+
+    def start_tansu(self, port: int | None = None) -> str:
         port = port or free_port()
         url = f"tcp://127.0.0.1:{port}"
         self.spawn("broker", [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url])
@@ -176,6 +205,87 @@ class EmbeddedStack:
         created = ensure_streams(server.endpoint_url, self.settings.kinesis_region, streams or {})
         self.say(f"Kinesis-API server (kinesis-mock) at {server.endpoint_url}; streams created: {', '.join(created) or 'none'}")
         return server.endpoint_url
+
+    def start_kafka(self, port: int | None = None) -> str:
+        """Apache Kafka as a KRaft broker with its data in ``workdir/kafka``; formats the
+        storage on first use. Started again (after :meth:`kill_broker`) it keeps its ports and data."""
+        if self.kafka is None or port is not None:
+            self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
+        if self.kafka.format_storage() is not None:
+            self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
+        proc = self.spawn("broker", self.kafka.argv())
+        bootstrap = self.kafka.bootstrap
+        self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap})
+        try:
+            # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
+            _wait_for_port(self.kafka.port, timeout_s=120, alive=proc.alive)
+            wait_for_broker(bootstrap, timeout_s=120)
+        except TimeoutError as exc:
+            raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
+        created = ensure_topics(self.settings)
+        self.say(
+            f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
+            f"topics created: {', '.join(created) or 'none'}"
+        )
+        return bootstrap
+
+    def kill_broker(self) -> None:
+        """SIGKILL the broker process (failure tests); :meth:`start_broker` starts it again."""
+        self.processes["broker"].kill()
+
+    def start_object_store(self, bucket: str = "streamstate") -> str:
+        """MinIO with its data in ``workdir/minio`` and ``bucket`` created; points the
+        settings at it (endpoint, the connector and S3A jars, s3a:// checkpoints unless set)."""
+        from streamstate import deps
+        from streamstate.s3 import S3
+
+        self.minio = MinioServer(self.workdir / "minio", free_port())
+        proc = self.spawn("minio", self.minio.argv(), extra_env=self.minio.env())
+        try:
+            self.minio.wait_live(alive=proc.alive)
+        except (TimeoutError, RuntimeError) as exc:
+            raise RuntimeError(f"{exc}\n{proc.tail()}") from None
+        self.s3_credentials = self.minio.credentials()
+        S3(self.minio.endpoint, self.s3_credentials.access_key, self.s3_credentials.secret_key).create_bucket(bucket)
+        self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket, deps.spark_jars())
+        self.say(f"MinIO {_versions()['MINIO_RELEASE']} (S3 API) at {self.minio.endpoint}, bucket {bucket}, data in {self.minio.home / 'data'}")
+        return self.minio.endpoint
+
+    def s3(self):
+        """An S3 client of the object store (production profile)."""
+        from streamstate.s3 import S3
+
+        if self.minio is None or self.s3_credentials is None:
+            raise RuntimeError("no object store: start_object_store() first")
+        return S3(self.minio.endpoint, self.s3_credentials.access_key, self.s3_credentials.secret_key)
+
+    def prepare_checkpoints(self) -> str:
+        """Make the checkpoints fit the broker, and say how (one line for the start-up output).
+
+        The embedded broker starts empty: checkpoints of an earlier run hold offsets into data
+        that is gone, and resuming from them would skip the new run's first records. They are
+        moved aside (only the latest earlier run is kept, as ``<root>.previous``). A broker that
+        keeps its data (production) keeps its checkpoints: the jobs resume where they stopped.
+        """
+        root = self.settings.checkpoint_root
+        if self.profile.broker_keeps_data:
+            return f"checkpoints kept in {root}: the broker keeps its data, so the jobs resume where they stopped"
+        local = Path(root)
+        if root.startswith(("s3a://", "hdfs://")) or not local.exists() or not any(local.iterdir()):
+            return f"checkpoints start empty in {root}: the broker starts empty, so every record is processed from the start"
+        previous = local.with_name(local.name + ".previous")
+        shutil.rmtree(previous, ignore_errors=True)
+        local.rename(previous)
+        return (
+            f"the embedded broker starts empty, so this run starts from fresh checkpoints in {root}; "
+            f"the previous run's were moved to {previous}"
+        )
+
+    def start_infrastructure(self) -> None:
+        """Everything the jobs need under this profile: the broker and topics, and the object store."""
+        self.start_broker()
+        if self.profile.s3_checkpoints:
+            self.start_object_store()
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
         """job is 'sessions' or 'anomalies'."""
@@ -215,8 +325,8 @@ class EmbeddedStack:
         return proc
 
     def stop(self) -> None:
-        # Producers and jobs first, the servers last, so nothing writes to a dead broker.
-        for name in sorted(self.processes, key=lambda n: n in ("broker", "kinesis")):
+        # Producers and jobs first, the servers last, so nothing writes to a dead server.
+        for name in sorted(self.processes, key=lambda n: n in ("broker", "kinesis", "minio")):
             self.processes[name].stop()
 
     def __enter__(self) -> "EmbeddedStack":
@@ -224,6 +334,41 @@ class EmbeddedStack:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def object_store_settings(settings: Settings, endpoint: str, bucket: str, jars: list[Path]) -> Settings:
+    """What the production profile changes for its jobs once the object store runs: the S3
+    endpoint, the connector and S3A jars, and s3a:// checkpoints (unless already there).
+    With ``kafka_source`` (set by the profile) this is what compose's jobs get as
+    STREAMSTATE_* variables; tests/compose/test_compose_drift.py compares the two."""
+    root = settings.checkpoint_root
+    return settings.model_copy(
+        update={
+            "s3_endpoint": endpoint,
+            "spark_jars": ",".join(str(jar) for jar in jars),
+            "checkpoint_root": root if root.startswith("s3a://") else f"s3a://{bucket}/checkpoints",
+        }
+    )
+
+
+def _wait_for_port(port: int, timeout_s: float, alive) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if not alive():
+                raise TimeoutError(f"the process meant to listen on 127.0.0.1:{port} exited") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:.0f}s") from None
+            time.sleep(0.2)
+
+
+def _versions() -> dict[str, str]:
+    from streamstate.deps import versions
+
+    return versions()
 
 
 def pid_alive(pid: int) -> bool:

@@ -1,10 +1,16 @@
-"""``streamstate up``: the whole pipeline on the embedded stack (no Docker), until Ctrl-C.
+"""``streamstate up``: the whole pipeline without Docker, until Ctrl-C.
 
-Starts the broker and topics (with ``STREAMSTATE_SOURCE=kinesis`` also the local Kinesis
-server and the input streams, which the jobs then read and the producers write), both jobs,
-the API, Prometheus when installed, and the demo producers; prints where to look, then a
-status line every few seconds (alerts, sessions and series seen by the API) so it is visible
-that data flows. Ctrl-C or SIGTERM stops every process it started.
+Starts the profile's broker and topics (and, in the production profile, MinIO for the
+checkpoints; with ``STREAMSTATE_SOURCE=kinesis`` also the local Kinesis server and the input
+streams, which the jobs then read and the producers write), both jobs, the API, Prometheus
+when installed, and the demo producers; prints where to look, then a status line every few
+seconds (alerts, sessions and series seen by the API) so it is visible that data flows.
+Ctrl-C or SIGTERM stops every process it started.
+
+A second run processes every record it produces: the embedded broker starts empty, so
+the previous run's checkpoints (whose offsets point into data that is gone) are moved
+aside first; the production profile's Kafka and MinIO keep their data under ``var/``, so
+its checkpoints are kept and the jobs resume. The start-up output says which.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import threading
 import time
 import urllib.request
 
+from streamstate.profiles import EMBEDDED, Profile
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack, free_port
 from streamstate.topics import load_topics
@@ -67,16 +74,18 @@ def input_streams(settings: Settings) -> dict[str, int]:
     return {name: counts.get(name, 4) for name in (settings.topic_user_events, settings.topic_metrics)}
 
 
-def up(settings: Settings, *, producers: bool = True, jobs: bool = True) -> int:
+def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile: Profile = EMBEDDED) -> int:
     settings = _free_ports(settings)
-    stack = EmbeddedStack(settings=settings)
+    stack = EmbeddedStack(settings=settings, profile=profile)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        stack.start_broker()
+        stack.say(f"profile {profile.name}: {profile.summary}")
+        stack.start_infrastructure()
         if settings.source == "kinesis":
             stack.start_kinesis(streams=input_streams(settings))
+        stack.say(stack.prepare_checkpoints())
         if jobs:
             stack.start_job("sessions")
             stack.start_job("anomalies")
@@ -95,6 +104,7 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True) -> int:
                     f"  active sessions http://{s.api_host}:{s.api_port}/sessions?active=true",
                     f"  job metrics     http://127.0.0.1:{s.sessions_metrics_port}/metrics  http://127.0.0.1:{s.anomalies_metrics_port}/metrics",
                     f"  logs            {stack.workdir / 'logs'}",
+                    f"  checkpoints     {s.checkpoint_root}",
                     "Jobs take ~20 s to start Spark; alerts follow within a minute. Ctrl-C stops everything.",
                     "",
                 ]

@@ -1,4 +1,11 @@
-"""Shared fixtures: one embedded broker and one SparkSession for the whole test session."""
+"""Shared fixtures: one broker of each profile and one SparkSession for the whole test session.
+
+The embedded broker (Tansu) starts with the first test that needs a broker. The production
+profile's Apache Kafka broker and MinIO start only when a production-profile test runs
+(``production_stack``), once per session. Tests that run on both profiles take
+``profile_stack`` (parametrized ``embedded`` / ``production``) and the ``profile_*``
+fixtures built on it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ import uuid
 import pytest
 
 from streamstate.kinesis import ensure_local_credentials
+from streamstate.profiles import EMBEDDED, PRODUCTION
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack, pid_alive
 from streamstate.topics import TopicSpec, create_topics
@@ -19,19 +27,84 @@ _started_pids: list[int] = []
 # Python workers inherit them (real ones, when configured, are left alone).
 ensure_local_credentials()
 
+PROFILE_NAMES = (EMBEDDED.name, PRODUCTION.name)
+BUCKET = "streamstate"
+
+
+def _session_settings(**overrides) -> Settings:
+    # Two state partitions: one task per core here; more only adds per-task overhead to every batch.
+    return Settings(shuffle_partitions=2, **overrides)
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory) -> EmbeddedStack:
     """The embedded stack with its broker running and the pipeline topics created."""
     workdir = tmp_path_factory.mktemp("stack")
-    # Two state partitions: one task per core here; more only adds per-task overhead to every batch.
     # The API's view store in the session's directory too: never the checkout's var/ (a running `make run` holds it).
-    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), shuffle_partitions=2, api_store_path=workdir / "api-store")
-    embedded = EmbeddedStack(settings=settings, workdir=workdir, quiet=True)
+    embedded = EmbeddedStack(
+        settings=_session_settings(checkpoint_root=str(workdir / "checkpoints"), api_store_path=workdir / "api-store"),
+        workdir=workdir,
+        quiet=True,
+        profile=EMBEDDED,
+    )
     embedded.start_broker()
     yield embedded
     _started_pids.extend(embedded.pids())
     embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def production_stack(tmp_path_factory) -> EmbeddedStack:
+    """The production profile's servers for the whole session: Apache Kafka (KRaft) with the
+    pipeline topics, and MinIO with the checkpoint bucket. Started by the first test that asks."""
+    workdir = tmp_path_factory.mktemp("production")
+    production = EmbeddedStack(
+        settings=_session_settings(checkpoint_root=f"s3a://{BUCKET}/tests"), workdir=workdir, quiet=True, profile=PRODUCTION
+    )
+    try:
+        production.start_broker()
+        production.start_object_store(BUCKET)
+    except BaseException:
+        production.stop()
+        raise
+    yield production
+    _started_pids.extend(production.pids())
+    production.stop()
+
+
+@pytest.fixture(params=PROFILE_NAMES)
+def profile_stack(request) -> EmbeddedStack:
+    """The session stack of each profile in turn (a test taking this runs once per profile)."""
+    return request.getfixturevalue("stack" if request.param == EMBEDDED.name else "production_stack")
+
+
+def checkpoint_root_for(stack: EmbeddedStack, tmp_path) -> str:
+    """A checkpoint root of one test's own, where the stack's profile keeps checkpoints."""
+    if stack.profile.s3_checkpoints:
+        return f"s3a://{BUCKET}/tests/{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+    return str(tmp_path / "checkpoints")
+
+
+@pytest.fixture
+def profile_settings(profile_stack, tmp_path) -> Settings:
+    """The profile's settings (broker, Kafka format, S3) with this test's own checkpoint root."""
+    return profile_stack.settings.model_copy(update={"checkpoint_root": checkpoint_root_for(profile_stack, tmp_path)})
+
+
+@pytest.fixture
+def profile_topic(profile_stack):
+    """new_topic on the profile's broker."""
+    return _topic_factory(profile_stack.settings.bootstrap_servers)
+
+
+@pytest.fixture
+def profile_spark(spark, profile_stack):
+    """The shared SparkSession, able to reach the profile's object store (S3A) when it has one."""
+    from streamstate.jobs.spark import configure_s3a
+
+    if profile_stack.s3_credentials is not None:
+        configure_s3a(spark, profile_stack.settings, profile_stack.s3_credentials.env())
+    return spark
 
 
 @pytest.fixture(scope="session")
@@ -47,16 +120,19 @@ def settings(stack) -> Settings:
 _counter = itertools.count()
 
 
-@pytest.fixture
-def new_topic(bootstrap):
-    """Factory for a fresh, uniquely named topic: new_topic(partitions=4) -> name."""
-
+def _topic_factory(bootstrap: str):
     def make(partitions: int = 1, prefix: str = "t", config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
         create_topics(bootstrap, [TopicSpec(name, partitions, config or {})])
         return name
 
     return make
+
+
+@pytest.fixture
+def new_topic(bootstrap):
+    """Factory for a fresh, uniquely named topic: new_topic(partitions=4) -> name."""
+    return _topic_factory(bootstrap)
 
 
 @pytest.fixture(scope="session")
@@ -84,11 +160,19 @@ def new_stream(kinesis_settings):
 
 @pytest.fixture(scope="session")
 def spark(stack, tmp_path_factory):
-    """One SparkSession (local[2], RocksDB state store) for every Spark test."""
+    """One SparkSession (local[2], RocksDB state store) for every Spark test, with Spark's
+    Kafka connector and S3A jars (installed on demand) for the production-profile tests.
+
+    With the connector present, ``auto`` would choose it: every embedded-profile test uses
+    ``stack.settings``, whose Kafka format the profile sets to the Python source.
+    """
+    from streamstate import deps
     from streamstate.jobs.spark import build_spark
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = build_spark(stack.settings, app_name="streamstate-tests", spark__ui__enabled="false")
+    jars = ",".join(str(jar) for jar in deps.spark_jars())
+    settings = stack.settings.model_copy(update={"spark_jars": jars})
+    session = build_spark(settings, app_name="streamstate-tests", spark__ui__enabled="false")
     yield session
     session.stop()
 

@@ -140,7 +140,7 @@ def _compacted(messages, model):
     return latest
 
 
-def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None) -> Outputs:
+def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None, api_token: str | None = None) -> Outputs:
     alerts = read_topic(bootstrap, settings.topic_alerts)
     dead = [DeadLetter.model_validate_json(m.value()) for m in read_topic(bootstrap, settings.topic_dead_letters)]
     outputs = Outputs(
@@ -155,7 +155,9 @@ def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None)
         metric_state=_compacted(read_topic(bootstrap, settings.topic_metric_state), MetricSnapshot),
     )
     if api_url is not None:
-        with urllib.request.urlopen(f"{api_url}/alerts?limit=1000", timeout=10) as response:
+        headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
+        request = urllib.request.Request(f"{api_url}/alerts?limit=1000", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
             body = json.loads(response.read())
         outputs.api_alert_ids = [a["alert_id"] for a in body["items"]]
     return outputs
@@ -177,13 +179,18 @@ def differences(expected: PipelineOutputs, got: Outputs) -> list[str]:
 
 
 def collect_outputs(
-    bootstrap: str, settings: Settings, api_url: str | None = None, scenario: Scenario | None = None, timeout_s: float = 240
+    bootstrap: str,
+    settings: Settings,
+    api_url: str | None = None,
+    scenario: Scenario | None = None,
+    timeout_s: float = 240,
+    api_token: str | None = None,
 ) -> Outputs:
     """Read the outputs until they equal the scenario's expectation (or the timeout passes)."""
     expected = scenario.expected(settings) if scenario is not None else None
     deadline = time.monotonic() + timeout_s
     while True:
-        got = read_outputs(bootstrap, settings, api_url)
+        got = read_outputs(bootstrap, settings, api_url, api_token)
         if expected is None or not differences(expected, got) or time.monotonic() > deadline:
             return got
         time.sleep(3)

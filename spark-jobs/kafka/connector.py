@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamstate.jobs.kafka.datasource import SHORT_NAME, KafkaDataSource
@@ -129,10 +129,15 @@ def write_kafka(batch_df: DataFrame, settings: Settings, topic: str, **extra_opt
     frame = _sink_columns(batch_df)
     spark = frame.sparkSession
     if kafka_format(spark, settings) == "builtin":
-        observed = Observation(f"kafka_sink_{topic}")
-        frame = frame.observe(observed, F.count(F.lit(1)).alias("records"))
-        frame.write.format("kafka").options(**kafka_sink_options(settings, topic, **extra_options)).save()
-        return int(observed.get["records"])
+        # Counted on a persisted copy: an Observation on a DataFrameWriter save of the kafka
+        # format never completes (Observation.get blocked the batch forever, Spark 4.1.1).
+        frame = frame.persist()
+        try:
+            records = frame.count()
+            frame.write.format("kafka").options(**kafka_sink_options(settings, topic, **extra_options)).save()
+        finally:
+            frame.unpersist()
+        return records
     client_conf = client_settings(kafka_sink_options(settings, topic, **extra_options))
 
     def produce(batches):

@@ -21,14 +21,23 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture
-def cluster_settings(settings: Settings, new_topic, tmp_path, cluster) -> Settings:
-    """Fresh topics and checkpoints; jobs on the cluster with the project's wheel shipped to the executors."""
-    return settings.model_copy(
+def full_cluster(cluster):
+    """The cluster with every worker running: a test before (the other profile's) may have killed one."""
+    for index in range(1, cluster.workers + 1):
+        if not cluster.processes[f"worker-{index}"].alive():
+            cluster.start_worker(index)
+    cluster.wait_for_workers(cluster.workers, 120)
+    return cluster
+
+
+@pytest.fixture
+def cluster_settings(profile_settings: Settings, profile_topic, cluster) -> Settings:
+    """Fresh topics and checkpoints of the profile; jobs on the cluster with the project's wheel shipped to the executors."""
+    return profile_settings.model_copy(
         update={
-            **pipeline_topics(new_topic),
+            **pipeline_topics(profile_topic),
             "spark_master": cluster.master_url,
             "ship_code": "wheel",
-            "checkpoint_root": str(tmp_path / "checkpoints"),
             "trigger_interval": "1 second",
             "sessions_metrics_port": 0,
         }

@@ -1,4 +1,6 @@
-"""The sessions job on a real Spark standalone cluster (master + two 1-core workers).
+"""The sessions job on a real Spark standalone cluster (master + two 1-core workers), on
+both profiles (production: Apache Kafka, the built-in connector's reads on the executors,
+s3a:// checkpoints in MinIO that the executors' state stores write to).
 
 The job runs as its own process through its CLI with ``--master spark://...`` and the
 project's wheel shipped to the executors; its outputs must equal the plain-Python reference
@@ -18,13 +20,15 @@ import pytest
 
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack
+from tests.checkpoints import CheckpointFiles
 from tests.integration.api_harness import ApiProcess, ApiTopics, wait_until
 from tests.scenario import Scenario, differences, build_scenario, collect_outputs, produce_scenario
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EVENTS, METRICS = 800, 400
-SOURCE_RDD = "DataSourceRDD"  # the RDD of a Python data source scan: the Kafka reads
+# The RDDs that read Kafka: a Python data source scan, or the built-in connector's (its V1 source).
+SOURCE_RDDS = ("DataSourceRDD", "KafkaSourceRDD")
 
 
 def sessions_scenario(seed: int) -> Scenario:
@@ -43,7 +47,7 @@ def assert_sessions_match(scenario: Scenario, outputs, settings: Settings) -> No
 
 
 @contextmanager
-def sessions_job(settings: Settings, workdir: Path, monkeypatch):
+def sessions_job(stack: EmbeddedStack, settings: Settings, workdir: Path, monkeypatch):
     """The sessions job CLI as a process on the cluster, with Spark's event log in ``workdir/events``."""
     events = workdir / "events"
     events.mkdir()
@@ -52,7 +56,7 @@ def sessions_job(settings: Settings, workdir: Path, monkeypatch):
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
         "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false pyspark-shell",
     )
-    launcher = EmbeddedStack(settings=settings, workdir=workdir / "stack", quiet=True)
+    launcher = stack.sibling(settings, workdir / "stack")
     job = launcher.start_job("sessions")
     try:
         yield job
@@ -87,7 +91,7 @@ class EventLog:
         return cls(log.name.removesuffix(".inprogress"), tasks, removed)
 
     def executors(self, only_source: bool = False) -> set[str]:
-        return {executor for rdds, executor, _, _ in self.tasks if SOURCE_RDD in rdds or not only_source}
+        return {executor for rdds, executor, _, _ in self.tasks if not only_source or any(r in rdds for r in SOURCE_RDDS)}
 
 
 def shipped_zips(cluster, app_id: str) -> list[Path]:
@@ -95,19 +99,6 @@ def shipped_zips(cluster, app_id: str) -> list[Path]:
     return sorted(cluster.workdir.glob(f"worker-*/{app_id}/*/streamstate-*.zip"))
 
 
-def committed_batches(settings: Settings) -> int:
-    commits = Path(settings.checkpoint("sessions")) / "commits"
-    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
-
-
-def planned_records(settings: Settings) -> int:
-    """Input records up to the end of the newest planned batch (the checkpoint's latest offsets)."""
-    offsets = Path(settings.checkpoint("sessions")) / "offsets"
-    batches = sorted((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), reverse=True) if offsets.is_dir() else []
-    if not batches:
-        return 0
-    ends = json.loads((offsets / str(batches[0])).read_text().splitlines()[2])
-    return sum(sum(partitions.values()) for partitions in ends.values())
 
 
 def tasks_started_on(cluster, worker: int) -> int:
@@ -135,7 +126,7 @@ def api_alerts_covering(api: ApiProcess, expected: set[str]) -> list[str] | None
     return ids if set(ids) >= expected else None
 
 
-def test_a_worker_killed_mid_stream_changes_no_output(cluster, cluster_settings, bootstrap, tmp_path, monkeypatch):
+def test_a_worker_killed_mid_stream_changes_no_output(full_cluster, cluster_settings, profile_stack, tmp_path, monkeypatch):
     """The scenario on the cluster equals the reference, with a worker SIGKILLed mid-stream.
 
     One run proves both acceptance points (a second, kill-free run cost two minutes of the
@@ -145,30 +136,36 @@ def test_a_worker_killed_mid_stream_changes_no_output(cluster, cluster_settings,
     # The input arrives in two parts and the worker dies once the second part's batch is planned.
     # (Not maxOffsetsPerTrigger: a rate limit over partitions with uneven event times lets the global
     # watermark overtake a lagging partition, whose records then count as late; see docs/cluster.md.)
-    settings = cluster_settings
+    cluster, settings = full_cluster, cluster_settings
+    bootstrap = settings.bootstrap_servers
+    checkpoint = CheckpointFiles.of(profile_stack, settings.checkpoint("sessions"))
+
+    def committed_batches() -> int:
+        return len(checkpoint.batches("commits"))
+
     scenario = sessions_scenario(seed=15)
     produce_rest = produce_in_two_parts(bootstrap, scenario, settings)
     api_topics = ApiTopics(settings.topic_session_state, settings.topic_metric_state, settings.topic_alerts)
     api = ApiProcess(bootstrap, api_topics, tmp_path / "api.log")
     try:
-        with sessions_job(settings, tmp_path, monkeypatch) as job:
-            wait_until(lambda: committed_batches(settings) >= 1 or not job.alive(), 420, "the job's first committed batch")
+        with sessions_job(profile_stack, settings, tmp_path, monkeypatch) as job:
+            wait_until(lambda: committed_batches() >= 1 or not job.alive(), 420, "the job's first committed batch")
             assert job.alive(), f"the job exited:\n{job.tail(40)}"
-            before = tasks_started_on(cluster, 2), committed_batches(settings)
+            before = tasks_started_on(cluster, 2), committed_batches()
             produce_rest()
             # Kill while worker 2's executor runs a task of the second part's batch (or once that batch is done).
             wait_until(
-                lambda: planned_records(settings) == len(scenario.records)
-                and (tasks_started_on(cluster, 2) > before[0] or committed_batches(settings) > before[1] + 1),
+                lambda: checkpoint.planned_records() == len(scenario.records)
+                and (tasks_started_on(cluster, 2) > before[0] or committed_batches() > before[1] + 1),
                 180,
                 "a task of the second part's batch on worker 2",
             )
-            at_kill = committed_batches(settings)
+            at_kill = committed_batches()
             cluster.kill_worker(2)
             wait_until(lambda: len(cluster.alive_workers()) == 1, 120, "the master to drop the killed worker")
             outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=420)
             assert job.alive(), f"the job exited:\n{job.tail(40)}"
-            batches = committed_batches(settings)
+            batches = committed_batches()
         expected_alerts = set(scenario.expected(settings).alerts)
         shown = wait_until(lambda: api_alerts_covering(api, expected_alerts), 60, "every alert in the API")
     finally:

@@ -1,4 +1,4 @@
-"""Reading docker-compose.yml, the Dockerfiles and .env for the compose tests."""
+"""Reading docker-compose.yml, the Dockerfiles and .env.example for the compose tests."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ import yaml
 from streamstate.settings import REPO_ROOT
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
-ENV_FILE = REPO_ROOT / ".env"
+ENV_EXAMPLE = REPO_ROOT / ".env.example"
+# The variables compose requires (${VAR:?message}): the user sets them in .env.
+SECRETS = ("MINIO_ROOT_PASSWORD", "GRAFANA_ADMIN_PASSWORD", "API_TOKEN")
+# `${VAR}`, `${VAR:-default}`, `${VAR:?message}`: group 1 the name, group 2 the operator, group 3 the rest.
+VARIABLE = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile",
                REPO_ROOT / "producers" / "Dockerfile"]
 INSTALL_SCRIPT = REPO_ROOT / "infra" / "install-test-deps.sh"
@@ -27,14 +31,27 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE_FILE.read_text())
 
 
-def env_file() -> dict[str, str]:
+def env_example() -> dict[str, str]:
+    """The variables .env.example documents, set (``KEY=value``) or shown commented out with
+    their default (``# KEY=value``)."""
     entries = {}
-    for line in ENV_FILE.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            entries[key.strip()] = value.strip()
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        match = re.fullmatch(r"#?\s*([A-Z][A-Z0-9_]*)=(\S*)", line.strip())
+        if match:
+            entries[match[1]] = match[2]
     return entries
+
+
+def compose_defaults() -> dict[str, str]:
+    """Each variable's default in docker-compose.yml (``${VAR:-default}``)."""
+    return {name: rest for name, op, rest in VARIABLE.findall(COMPOSE_FILE.read_text()) if op in ("-", ":-")}
+
+
+def throwaway_secrets() -> dict[str, str]:
+    """Throw-away values for the required secrets (offline validation, the compose stack test)."""
+    import secrets
+
+    return {name: secrets.token_urlsafe(16) for name in SECRETS}
 
 
 def dockerignored(path: str) -> bool:

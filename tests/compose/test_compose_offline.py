@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,13 +16,18 @@ from streamstate.settings import REPO_ROOT
 from tests.compose.compose_files import (
     COMPOSE_FILE,
     DOCKERFILES,
+    ENV_EXAMPLE,
+    SECRETS,
+    VARIABLE,
     Dockerfile,
     compose,
+    compose_defaults,
     docker_compose_binary,
     dockerignored,
-    env_file,
+    env_example,
     image_tag,
     pyproject,
+    throwaway_secrets,
 )
 
 SERVICES = compose()["services"]
@@ -29,24 +35,87 @@ ONE_SHOT = {name for name, service in SERVICES.items() if service.get("restart")
 LONG_RUNNING = set(SERVICES) - ONE_SHOT
 
 
-def test_docker_compose_config_is_valid():
-    result = subprocess.run(
-        [docker_compose_binary(), "-f", str(COMPOSE_FILE), "config", "-q"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+def docker_compose_config(extra_env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`docker-compose config -q` as a user who copied .env.example to .env (and set ``extra_env``)."""
+    environment = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    return subprocess.run(
+        [docker_compose_binary(), "--env-file", str(ENV_EXAMPLE), "-f", str(COMPOSE_FILE), "config", "-q"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**environment, **extra_env},
     )
+
+
+def test_docker_compose_config_is_valid():
+    result = docker_compose_config(throwaway_secrets())
     assert result.returncode == 0, result.stderr
     assert "variable is not set" not in result.stderr, result.stderr
 
 
-def test_every_variable_the_compose_file_uses_is_in_dot_env():
-    used = set(re.findall(r"\$\{(\w+)\}", COMPOSE_FILE.read_text()))
-    missing = used - set(env_file())
-    assert not missing, f".env lacks {sorted(missing)}"
+@pytest.mark.parametrize("secret", SECRETS)
+def test_compose_refuses_to_start_without_each_secret(secret):
+    values = throwaway_secrets()
+    del values[secret]
+    result = docker_compose_config(values)
+    assert result.returncode != 0
+    assert f"set {secret} in .env" in result.stderr, result.stderr
 
 
-def test_dot_env_leaves_the_embedded_defaults_alone():
-    # Settings also reads .env: a STREAMSTATE_* key here would change every local run.
-    assert not [key for key in env_file() if key.startswith("STREAMSTATE_")]
+def test_secrets_are_required_and_have_no_default_anywhere():
+    uses = VARIABLE.findall(COMPOSE_FILE.read_text())
+    for secret in SECRETS:
+        operators = {op for name, op, _ in uses if name == secret}
+        assert operators == {":?"}, f"{secret} must always be ${{{secret}:?message}}, found {operators}"
+        assert env_example()[secret] == "", f".env.example must leave {secret} empty"
+
+
+def test_every_variable_the_compose_file_uses_is_documented_in_env_example():
+    used = {name for name, _, _ in VARIABLE.findall(COMPOSE_FILE.read_text())}
+    missing = used - set(env_example())
+    assert not missing, f".env.example lacks {sorted(missing)}"
+
+
+def test_env_example_shows_the_defaults_compose_uses():
+    documented, defaults = env_example(), compose_defaults()
+    wrong = {name: (documented[name], value) for name, value in defaults.items() if documented.get(name) != value}
+    assert not wrong, f".env.example and docker-compose.yml defaults differ (documented, compose): {wrong}"
+
+
+def test_env_example_leaves_the_embedded_defaults_alone():
+    # Settings also reads .env (copied from the example): a STREAMSTATE_* key would change every local run.
+    assert not [key for key in env_example() if key.startswith("STREAMSTATE_")]
+
+
+def test_dot_env_is_not_tracked():
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", ".env"], cwd=REPO_ROOT, capture_output=True, text=True)
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".env"], cwd=REPO_ROOT)
+    assert tracked.returncode != 0, ".env is tracked: it holds the user's secrets"
+    assert ignored.returncode == 0, ".env must be in .gitignore"
+
+
+def test_every_published_port_is_on_loopback():
+    exposed = [f"{name}: {port}" for name, service in SERVICES.items() for port in service.get("ports", [])
+               if not str(port).startswith("127.0.0.1:")]
+    assert not exposed, "ports published beyond 127.0.0.1:\n" + "\n".join(exposed)
+
+
+def test_every_service_has_a_memory_limit():
+    unlimited = sorted(name for name, service in SERVICES.items() if not service.get("mem_limit"))
+    assert not unlimited, f"no mem_limit: {unlimited}"
+
+
+def test_the_api_requires_a_token_in_compose():
+    assert SERVICES["api"]["environment"]["STREAMSTATE_API_TOKEN"].startswith("${API_TOKEN:?")
+
+
+def test_the_spark_ui_cannot_kill_in_the_image():
+    defaults = (REPO_ROOT / "infra" / "spark" / "spark-defaults.conf").read_text()
+    assert re.search(r"^spark\.ui\.killEnabled\s+false\s*$", defaults, re.MULTILINE)
+
+
+def test_the_spark_image_resolves_its_jars_as_the_native_install_does():
+    run = Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile").run_text()
+    assert "infra/deps/install-spark-jars.sh resolve" in run
+    assert "infra/deps/install-spark-jars.sh prune" in run
+    assert "curl" not in run, "jars fetched by hand would bypass the Maven resolution the native install uses"
 
 
 def test_every_path_the_compose_file_references_exists():
@@ -107,12 +176,6 @@ def test_dockerfile_copies_everything_pip_install_needs(path):
 def test_dockerfile_runs_as_a_non_root_user(path):
     user = Dockerfile.read(path).last_user()
     assert user and user.split(":")[0] not in ("root", "0"), f"{path}: final USER is {user!r}"
-
-
-def test_spark_image_uses_the_pinned_pyspark_version():
-    pins = dict(re.match(r"([\w-]+)==(\S+)", r).groups() for r in pyproject()["project"]["dependencies"])
-    spark = Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile")
-    assert spark.args["SPARK_VERSION"] == pins["pyspark"]
 
 
 def test_every_long_running_service_has_a_healthcheck():

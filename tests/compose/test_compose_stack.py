@@ -11,6 +11,7 @@ processing. Without a Docker engine every test here skips with the reason.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import urllib.request
@@ -18,11 +19,14 @@ import urllib.request
 import pytest
 
 from streamstate.settings import REPO_ROOT, Settings
-from tests.compose.compose_files import compose, env_file
+from tests.compose.compose_files import ENV_EXAMPLE, compose, compose_defaults, throwaway_secrets
 
-ENV = env_file()
-BOOTSTRAP = f"localhost:{ENV['KAFKA_HOST_PORT']}"
-API_URL = f"http://localhost:{ENV['API_PORT']}"
+# .env as a user makes it: the example with the secrets set (written to a temporary file).
+DEFAULTS = compose_defaults()
+SECRETS = throwaway_secrets()
+BOOTSTRAP = f"127.0.0.1:{DEFAULTS['KAFKA_HOST_PORT']}"
+API_URL = f"http://127.0.0.1:{DEFAULTS['API_PORT']}"
+AUTH = {"Authorization": f"Bearer {SECRETS['API_TOKEN']}"}
 SCENARIO_SEED = 2026
 # The demo producers would mix their traffic into the scenario's topics.
 SERVICES = ["kafka", "topics", "minio", "minio-init", "spark-master", "spark-worker-1", "spark-worker-2",
@@ -75,12 +79,17 @@ def wait_until_healthy(compose, services: list[str], timeout_s: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def compose_stack():
+def compose_stack(tmp_path_factory):
     from testcontainers.compose import DockerCompose
 
+    env_file = tmp_path_factory.mktemp("compose") / ".env"
+    text = ENV_EXAMPLE.read_text()
+    for name, value in SECRETS.items():
+        text = re.sub(rf"^{name}=$", f"{name}={value}", text, flags=re.MULTILINE)
+    env_file.write_text(text)
     stack = DockerCompose(
         context=REPO_ROOT, compose_file_name=["docker-compose.yml"], build=True, wait=False, services=SERVICES,
-        quiet_build=True,
+        quiet_build=True, env_file=str(env_file),
     )
     stack.start()
     try:
@@ -98,7 +107,7 @@ def scenario_outputs(compose_stack):
     topics = Settings(bootstrap_servers=BOOTSTRAP)
     scenario = build_scenario(SCENARIO_SEED)
     produce_scenario(BOOTSTRAP, scenario, topics)
-    return scenario, collect_outputs(BOOTSTRAP, topics, api_url=API_URL, scenario=scenario)
+    return scenario, collect_outputs(BOOTSTRAP, topics, api_url=API_URL, scenario=scenario, api_token=SECRETS["API_TOKEN"])
 
 
 def topic_record_counts(topics: list[str]) -> dict[str, int]:
@@ -131,7 +140,8 @@ def job_batches(compose, service: str, port: int) -> float:
 
 
 def api_sessions_page() -> bytes:
-    return urllib.request.urlopen(f"{API_URL}/sessions?limit=1000", timeout=10).read()
+    request = urllib.request.Request(f"{API_URL}/sessions?limit=1000", headers=AUTH)
+    return urllib.request.urlopen(request, timeout=10).read()
 
 
 def test_scenario_alerts_and_snapshots_match(scenario_outputs):
@@ -141,7 +151,7 @@ def test_scenario_alerts_and_snapshots_match(scenario_outputs):
 
 
 def test_checkpoints_are_objects_in_the_minio_bucket(compose_stack, scenario_outputs):
-    bucket = ENV["S3_BUCKET"]
+    bucket = DEFAULTS["S3_BUCKET"]
     listing, stderr, code = compose_stack.exec_in_container(
         ["sh", "-c", 'mc alias set probe http://localhost:9000 "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD" >/dev/null'
                      f" && mc ls --recursive probe/{bucket}/checkpoints/"],

@@ -71,11 +71,19 @@ def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tm
     assert sorted((r.key, r.value) for r in back) == sorted((d.key, d.value.upper()) for d in delivered)
 
 
-def test_auto_detection_chooses_python_here_and_builtin_is_a_clear_error(spark, settings):
-    # The detection itself can say yes: a class that is on the classpath loads.
+def test_auto_detection_takes_the_connector_on_spark_jars_and_builtin_without_it_is_a_clear_error(spark, settings, monkeypatch):
+    from streamstate.jobs.kafka import connector
+
+    # The detection can say yes and no: classes on the classpath load, others do not.
     assert jvm_class_loads(spark, "org.apache.spark.sql.SparkSession")
-    assert not builtin_kafka_available(spark)
+    assert not jvm_class_loads(spark, "org.example.NotOnTheClasspath")
+    # The session fixture puts the installed connector on spark.jars: auto takes it, so the
+    # embedded profile names the Python source explicitly.
+    assert builtin_kafka_available(spark)
+    assert kafka_format(spark, settings.model_copy(update={"kafka_source": "auto"})) == "builtin"
+    assert settings.kafka_source == "python" and kafka_format(spark, settings) == "python"
+    # Without the connector, auto falls back and builtin says what is missing.
+    monkeypatch.setattr(connector, "builtin_kafka_available", lambda session: False)
     assert kafka_format(spark, settings.model_copy(update={"kafka_source": "auto"})) == "python"
-    assert kafka_format(spark, settings.model_copy(update={"kafka_source": "python"})) == "python"
     with pytest.raises(KafkaConnectorUnavailable, match="spark-sql-kafka-0-10"):
         read_kafka(spark, settings.model_copy(update={"kafka_source": "builtin"}), subscribe="user-events")

@@ -14,26 +14,40 @@ import os
 import pytest
 
 from streamstate.stack import EmbeddedStack, free_port
+from tests.conftest import checkpoint_root_for
 from tests.scenario import pipeline_topics
 
 LARGE = os.environ.get("RELIABILITY_LARGE") == "1"
 BREAK_CHECKPOINT = os.environ.get("RELIABILITY_BREAK_CHECKPOINT") == "1"
 
 
-@pytest.fixture
-def pipeline_stack(settings, new_topic, tmp_path):
-    """An EmbeddedStack on the session broker (it starts no broker of its own) with fresh
-    topics, its own checkpoint root and API port; every process it starts is stopped after."""
-    pipeline = settings.model_copy(
+def _pipeline_on(session_stack: EmbeddedStack, new_topic, tmp_path) -> EmbeddedStack:
+    """A launcher on a session stack's servers (it starts none of its own) with fresh topics,
+    its own checkpoint root and API port."""
+    pipeline = session_stack.settings.model_copy(
         update={
             **pipeline_topics(new_topic),
-            "checkpoint_root": str(tmp_path / "checkpoints"),
+            "checkpoint_root": checkpoint_root_for(session_stack, tmp_path),
             "trigger_interval": "1 second",
             "sessions_metrics_port": 0,
             "anomalies_metrics_port": 0,
             "api_port": free_port(),
         }
     )
-    stack = EmbeddedStack(settings=pipeline, workdir=tmp_path, quiet=True)
-    yield stack
-    stack.stop()
+    return session_stack.sibling(pipeline, tmp_path)
+
+
+@pytest.fixture
+def pipeline_stack(stack, new_topic, tmp_path):
+    """A pipeline on the embedded session broker; every process it starts is stopped after."""
+    pipeline = _pipeline_on(stack, new_topic, tmp_path)
+    yield pipeline
+    pipeline.stop()
+
+
+@pytest.fixture
+def profile_pipeline_stack(profile_stack, profile_topic, tmp_path):
+    """A pipeline on each profile's session servers in turn; every process it starts is stopped after."""
+    pipeline = _pipeline_on(profile_stack, profile_topic, tmp_path)
+    yield pipeline
+    pipeline.stop()

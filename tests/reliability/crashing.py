@@ -4,7 +4,6 @@ then a random number of micro-batches committed) plus a random delay."""
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from streamstate.stack import EmbeddedStack, ManagedProcess
+from tests.checkpoints import CheckpointFiles
 
 
 @dataclass(frozen=True)
@@ -22,19 +22,8 @@ class Kill:
     in_flight: bool  # a planned batch had not committed: the restart must replay it
 
 
-def _batches(checkpoint: Path, log: str) -> int:
-    folder = checkpoint / log
-    return sum(1 for f in folder.iterdir() if f.name.isdigit()) if folder.is_dir() else 0
-
-
-def _planned_records(checkpoint: Path) -> int:
-    """Input records up to the end of the newest planned batch (the least over the query's sources)."""
-    folder = checkpoint / "offsets"
-    batches = sorted((int(f.name) for f in folder.iterdir() if f.name.isdigit()), reverse=True) if folder.is_dir() else []
-    if not batches:
-        return 0
-    sources = [json.loads(line) for line in (folder / str(batches[0])).read_text().splitlines()[2:] if line.strip()]
-    return min(sum(sum(parts.values()) for parts in source.values()) for source in sources)
+def _batches(checkpoint: CheckpointFiles, log: str) -> int:
+    return len(checkpoint.batches(log))
 
 
 def _starts(proc: ManagedProcess, job: str) -> int:
@@ -58,7 +47,10 @@ def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str) -> None:
 def start(stack: EmbeddedStack, job: str, break_checkpoint: bool = False) -> ManagedProcess:
     """Start ``job`` on its checkpoint; ``break_checkpoint`` first deletes the checkpointed state."""
     if break_checkpoint:
-        shutil.rmtree(Path(stack.settings.checkpoint(job)) / "state", ignore_errors=True)
+        location = stack.settings.checkpoint(job)
+        if location.startswith("s3a://"):
+            raise NotImplementedError("RELIABILITY_BREAK_CHECKPOINT deletes local checkpoints only: run it on the embedded profile")
+        shutil.rmtree(Path(location) / "state", ignore_errors=True)
     return stack.start_job(job)
 
 
@@ -75,7 +67,7 @@ def crash_repeatedly(
     """``cycles`` times: ``feed(cycle)`` more input, start the job, let it commit a random
     number (0-2) of micro-batches (fewer once all ``input_records()`` are planned), wait a
     random moment, SIGKILL it."""
-    checkpoint = Path(stack.settings.checkpoint(job))
+    checkpoint = CheckpointFiles.of(stack, stack.settings.checkpoint(job))
     kills = []
     for cycle in range(cycles):
         feed(cycle)
@@ -86,7 +78,7 @@ def crash_repeatedly(
 
         def progressed() -> bool:
             committed = _batches(checkpoint, "commits")
-            exhausted = _planned_records(checkpoint) >= input_records() and committed >= _batches(checkpoint, "offsets")
+            exhausted = checkpoint.planned_records() >= input_records() and committed >= _batches(checkpoint, "offsets")
             return committed >= target or exhausted
 
         _wait(progressed, proc, progress_timeout_s, "processing")

@@ -1,0 +1,188 @@
+"""The production profile's servers, run natively: Apache Kafka as a KRaft broker and MinIO.
+
+Compose runs the same releases as containers (``infra/versions.env``); here they run from
+``.deps/`` (:mod:`streamstate.deps`), bound to 127.0.0.1, as processes of the stack
+launcher (:class:`streamstate.stack.EmbeddedStack`), which stops them by process group
+like every other process it starts. Both keep their data in a directory: a broker or
+object store started again on the same directory has everything it had, which is what
+distinguishes this profile from the in-memory embedded broker.
+
+This module only builds configurations and command lines; starting, waiting and
+stopping is the launcher's.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamstate import deps
+
+KAFKA_HEAP = "512m"
+# Kafka's own log4j 1.x layout (reload4j), to stdout, which the launcher sends to the log file.
+_KAFKA_LOG4J = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+# One line per partition created or loaded is noise with the tests' many small topics.
+log4j.logger.kafka.log=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.cluster=WARN
+log4j.logger.org.apache.kafka.storage=WARN
+"""
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """A single-node KRaft cluster (broker and controller in one process) in ``home``."""
+
+    home: Path
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data(self) -> Path:
+        return self.home / "data"
+
+    def properties(self) -> str:
+        # The compose service's settings (docker-compose.yml, kafka), on loopback ports;
+        # tests/compose/test_compose_drift.py compares the two.
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data),
+            **BROKER_SETTINGS,
+        }
+        return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def write_config(self) -> tuple[Path, Path]:
+        """server.properties and log4j.properties in ``home`` (rewritten each start: ports may change)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        config, log4j = self.home / "server.properties", self.home / "log4j.properties"
+        config.write_text(self.properties())
+        log4j.write_text(_KAFKA_LOG4J)
+        return config, log4j
+
+    def java(self, main: str, *args: str) -> list[str]:
+        _, log4j = self.write_config()
+        return [
+            "java", f"-Xmx{KAFKA_HEAP}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
+            "-cp", deps.kafka_classpath(), main, *args,
+        ]
+
+    def formatted(self) -> bool:
+        return (self.data / "meta.properties").is_file()
+
+    def format_storage(self) -> str | None:
+        """Format the storage once (KRaft needs a cluster id); None when it already was."""
+        config, _ = self.write_config()
+        if self.formatted():
+            return None
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            self.java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config", str(config)),
+            capture_output=True, text=True, timeout=120,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"formatting Kafka storage in {self.data} failed: {(result.stderr or result.stdout)[-800:]}")
+        return cluster_id
+
+    def argv(self) -> list[str]:
+        config, _ = self.write_config()
+        return self.java("kafka.Kafka", str(config))
+
+
+# Broker settings shared with compose's Kafka service (KAFKA_* there).
+BROKER_SETTINGS = {
+    "auto.create.topics.enable": "false",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    access_key: str
+    secret_key: str
+
+    @classmethod
+    def for_home(cls, home: Path) -> "S3Credentials":
+        """The object store's root credentials, made once per data directory (mode 0600), never a shared default."""
+        path = home / "credentials"
+        if not path.is_file():
+            home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(f"streamstate\n{secrets.token_urlsafe(24)}\n")
+        user, password = path.read_text().split()
+        return cls(user, password)
+
+    def env(self) -> dict[str, str]:
+        """As S3A reads them (and the AWS SDKs): the jobs get these variables."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+
+@dataclass(frozen=True)
+class MinioServer:
+    """MinIO serving ``home/data`` on a loopback port, without its web console."""
+
+    home: Path
+    port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def credentials(self) -> S3Credentials:
+        return S3Credentials.for_home(self.home)
+
+    def argv(self) -> list[str]:
+        (self.home / "data").mkdir(parents=True, exist_ok=True)
+        return [str(deps.minio_binary()), "server", str(self.home / "data"), "--address", f"127.0.0.1:{self.port}", "--quiet"]
+
+    def env(self) -> dict[str, str]:
+        credentials = self.credentials()
+        return {
+            "MINIO_ROOT_USER": credentials.access_key,
+            "MINIO_ROOT_PASSWORD": credentials.secret_key,
+            # Nothing but the S3 API natively: no console, no update checks.
+            "MINIO_BROWSER": "off",
+            "MINIO_UPDATE": "off",
+        }
+
+    def live(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/minio/health/live", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_live(self, timeout_s: float = 60.0, alive=lambda: True) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.live():
+            if not alive():
+                raise RuntimeError("MinIO exited during start-up")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"MinIO at {self.endpoint} not live within {timeout_s:.0f}s")
+            time.sleep(0.2)
