@@ -56,20 +56,27 @@ class ManagedProcess:
         return self.popen.poll() is None
 
     def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process, then what is left of its group; SIGKILL after ``grace_s``.
+
+        The leader goes first: a job then stops its queries and Spark itself (the batch in
+        flight finishes or is re-run from the checkpoint) before its JVM, a member of the same
+        group, is signalled; signalling the whole group at once killed the JVM under it."""
         if not self.alive():
             return
         try:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
+            os.kill(self.popen.pid, signal.SIGTERM)
             self.popen.wait(grace_s)
-        except subprocess.TimeoutExpired:
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
+                os.killpg(self.popen.pid, sig)
             except ProcessLookupError:
-                pass
-            self.popen.wait(5)
+                break
+            try:
+                self.popen.wait(2 if sig == signal.SIGTERM else 5)
+            except subprocess.TimeoutExpired:
+                continue
 
     def kill(self) -> None:
         """SIGKILL the whole process group (crash tests)."""

@@ -51,8 +51,11 @@ def _free_ports(settings: Settings) -> Settings:
 
 
 def _api_json(settings: Settings, path: str) -> dict | None:
+    request = urllib.request.Request(f"http://{settings.api_host}:{settings.api_port}{path}")
+    if settings.api_token is not None:
+        request.add_header("Authorization", f"Bearer {settings.api_token}")
     try:
-        with urllib.request.urlopen(f"http://{settings.api_host}:{settings.api_port}{path}", timeout=2) as response:
+        with urllib.request.urlopen(request, timeout=2) as response:
             return json.loads(response.read())
     except (OSError, ValueError):
         return None
