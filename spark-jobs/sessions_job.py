@@ -71,7 +71,7 @@ def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any
 
 
 def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str | None:
-    return None if state is None else sessions.snapshot(user_id, state, rule).model_dump_json()
+    return None if state is None else sessions.snapshot_json(user_id, state, rule)
 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:

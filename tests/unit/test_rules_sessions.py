@@ -6,6 +6,7 @@ import random
 
 from hypothesis import given, settings as hsettings, strategies as st
 
+from streamstate.contracts import SessionSnapshot
 from streamstate.jobs.rules import sessions
 
 RULE = sessions.SessionRule(gap_ms=30 * 60_000, burst_page_views=5, burst_window_ms=60_000, long_session_ms=3 * 3600_000)
@@ -243,3 +244,14 @@ def test_the_burst_window_count_equals_the_naive_count(gaps):
         seen.append(ts)
         count = sessions._recent_views(session, ts, rule.burst_window_ms)
         assert count == sum(1 for t in seen if t > ts - rule.burst_window_ms)
+
+
+@given(events_strategy, st.integers(min_value=0, max_value=2**32))
+@hsettings(max_examples=150, deadline=None)
+def test_the_published_snapshot_json_is_the_validated_snapshot(events, seed):
+    """snapshot_json skips building the model: the API's strict parse of it must give the model."""
+    rng = random.Random(seed)
+    state, _ = sessions.fold_all(events, "u", rng.choice([0, max(e[0] for e in events) // 2, 10**12]), RULE)
+    published = sessions.snapshot_json("u", state, RULE)
+    assert SessionSnapshot.model_validate_json(published, strict=True) == sessions.snapshot("u", state, RULE)
+    assert published == sessions.snapshot("u", state, RULE).model_dump_json() or "e+" in published
