@@ -1,5 +1,5 @@
-"""Writing ``infra/versions.env`` into the files that cannot read it: docker-compose.yml's
-image tags and build arguments, and the Dockerfiles' ``ARG`` defaults.
+"""Writing ``infra/versions.env`` into the files that cannot read it: the compose files' image
+tags and build arguments, and the Dockerfiles' ``ARG`` defaults.
 
 Compose interpolates ``${...}`` only from the environment and ``.env`` (the user's file),
 and a Dockerfile's ``FROM`` cannot read a file, so their versions are rendered from the
@@ -21,6 +21,7 @@ from streamstate.deps import versions
 from streamstate.settings import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
+COMPOSE_KINESIS = REPO_ROOT / "docker-compose.kinesis.yml"
 DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile", REPO_ROOT / "producers" / "Dockerfile"]
 
 
@@ -41,6 +42,7 @@ PINS = [
     Pin(COMPOSE, r"^(\s+image: prom/prometheus:v)(\S+)$", "PROMETHEUS_VERSION"),
     Pin(COMPOSE, r"^(\s+image: grafana/grafana:)(\S+)$", "GRAFANA_VERSION"),
     Pin(COMPOSE, r"^(\s+PYTHON_IMAGE: )(\S+)$", "PYTHON_IMAGE"),
+    Pin(COMPOSE_KINESIS, r"^(\s+image: )(node:\S+)$", "NODE_IMAGE"),
     *(Pin(path, r"^(ARG PYTHON_IMAGE=)(\S+)$", "PYTHON_IMAGE") for path in DOCKERFILES),
 ]
 

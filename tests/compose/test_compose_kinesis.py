@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import yaml
 
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.topics import load_topics
-from tests.compose.compose_files import COMPOSE_FILE, docker_compose_binary, image_tag
+from tests.compose.compose_files import COMPOSE_FILE, ENV_EXAMPLE, docker_compose_binary, image_tag, throwaway_secrets
 
 OVERLAY = REPO_ROOT / "docker-compose.kinesis.yml"
 
 
 def merged() -> dict:
+    """The overlay merged onto docker-compose.yml, as a user who copied .env.example to .env sees it."""
     result = subprocess.run(
-        [docker_compose_binary(), "-f", str(COMPOSE_FILE), "-f", str(OVERLAY), "config"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        [docker_compose_binary(), "--env-file", str(ENV_EXAMPLE), "-f", str(COMPOSE_FILE), "-f", str(OVERLAY), "config"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **throwaway_secrets()},
     )
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
@@ -26,6 +28,7 @@ def test_the_overlay_adds_a_pinned_healthy_kinesis_server_and_points_the_jobs_at
     services = merged()["services"]
     kinesis = services["kinesis"]
     assert image_tag(kinesis["image"]) not in (None, "latest")
+    assert kinesis["mem_limit"]
     assert kinesis["healthcheck"]["test"]
     port = kinesis["environment"]["KINESIS_MOCK_PLAIN_PORT"]
     for name in ("sessions-job", "anomalies-job", "producers"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +34,12 @@ def _starts(proc: ManagedProcess, job: str) -> int:
         return 0
 
 
-def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str) -> None:
-    """Poll ``condition``; a dead or stuck job fails the test."""
+def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str, crashed=lambda: False) -> None:
+    """Poll ``condition``; a dead or stuck job fails the test, unless it ``crashed()`` as planned."""
     deadline = time.monotonic() + timeout_s
     while not condition():
+        if not proc.alive() and crashed():
+            return
         if not proc.alive():
             raise AssertionError(f"{proc.name} exited with {proc.popen.returncode} while {what}:\n{proc.tail(40)}")
         if time.monotonic() > deadline:
@@ -44,13 +47,22 @@ def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def start(stack: EmbeddedStack, job: str, break_checkpoint: bool = False) -> ManagedProcess:
-    """Start ``job`` on its checkpoint; ``break_checkpoint`` first deletes the checkpointed state."""
+def start(stack: EmbeddedStack, job: str, break_checkpoint: bool = False, crash_marker: Path | None = None) -> ManagedProcess:
+    """Start ``job`` on its checkpoint; ``break_checkpoint`` first deletes the checkpointed state.
+
+    With ``crash_marker`` (a path not yet written) the job is the variant that crashes right
+    after its first write to the alerts topic (:mod:`tests.reliability.crash_after_write`)."""
     if break_checkpoint:
         location = stack.settings.checkpoint(job)
         if location.startswith("s3a://"):
             raise NotImplementedError("RELIABILITY_BREAK_CHECKPOINT deletes local checkpoints only: run it on the embedded profile")
         shutil.rmtree(Path(location) / "state", ignore_errors=True)
+    if crash_marker is not None and not crash_marker.exists():
+        return stack.spawn(
+            f"{job}-job",
+            [sys.executable, "-m", "tests.reliability.crash_after_write", job],
+            extra_env={"STREAMSTATE_TEST_CRASH_MARKER": str(crash_marker)},
+        )
     return stack.start_job(job)
 
 
@@ -63,17 +75,27 @@ def crash_repeatedly(
     input_records: Callable[[], int],
     break_checkpoint: bool = False,
     progress_timeout_s: float = 300,
+    crash_marker: Path | None = None,
 ) -> list[Kill]:
     """``cycles`` times: ``feed(cycle)`` more input, start the job, let it commit a random
     number (0-2) of micro-batches (fewer once all ``input_records()`` are planned), wait a
-    random moment, SIGKILL it."""
+    random moment, SIGKILL it. Until ``crash_marker`` is written, the job started is the
+    variant that also kills itself right after its first write to the alerts topic, and the
+    cycles go on (at most ``cycles`` more) until it has."""
     checkpoint = CheckpointFiles.of(stack, stack.settings.checkpoint(job))
     kills = []
-    for cycle in range(cycles):
+    for cycle in range(2 * cycles):
+        if cycle >= cycles and (crash_marker is None or crash_marker.exists()):
+            break
         feed(cycle)
         previous_starts = _starts(stack.processes[f"{job}-job"], job) if f"{job}-job" in stack.processes else 0
-        proc = start(stack, job, break_checkpoint)
-        _wait(lambda: _starts(proc, job) > previous_starts, proc, progress_timeout_s, "starting its query")
+        planned_crash = crash_marker is not None and not crash_marker.exists()
+        proc = start(stack, job, break_checkpoint, crash_marker)
+
+        def crashed() -> bool:
+            return planned_crash and crash_marker.exists()
+
+        _wait(lambda: _starts(proc, job) > previous_starts, proc, progress_timeout_s, "starting its query", crashed)
         target = _batches(checkpoint, "commits") + rng.choice((0, 1, 1, 2))
 
         def progressed() -> bool:
@@ -81,8 +103,9 @@ def crash_repeatedly(
             exhausted = checkpoint.planned_records() >= input_records() and committed >= _batches(checkpoint, "offsets")
             return committed >= target or exhausted
 
-        _wait(progressed, proc, progress_timeout_s, "processing")
-        time.sleep(rng.uniform(0, 2.5))
+        _wait(progressed, proc, progress_timeout_s, "processing", crashed)
+        if proc.alive():
+            time.sleep(rng.uniform(0, 2.5))
         in_flight = _batches(checkpoint, "offsets") > _batches(checkpoint, "commits")
         proc.kill()
         kills.append(Kill(cycle, _batches(checkpoint, "commits"), in_flight))

@@ -6,7 +6,10 @@ closed sessions and dead letters equal the plain-Python reference exactly, every
 alert is on the alerts topic, and the API started afterwards shows each alert id once.
 
 The input arrives in chunks while the jobs are being killed (one more chunk at each
-cycle), as a live stream does, so kills land between and inside batches of new data."""
+cycle), as a live stream does, so kills land between and inside batches of new data. Besides
+the random kills, each job kills itself once right after a batch's alerts were written and
+before the batch commits: that batch is replayed, its alerts reach the topic twice, and the
+outputs (and the API, which shows each alert once) still equal the reference."""
 
 from __future__ import annotations
 
@@ -58,8 +61,9 @@ class Feeder:
             return sum(r.topic == topic for r in self.scenario.produced)
 
 
-def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stack):
+def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stack, tmp_path):
     stack = profile_pipeline_stack
+    markers = {job: tmp_path / f"{job}-crashed-after-write" for job in JOBS}
     settings = stack.settings
     bootstrap = settings.bootstrap_servers
     cycles = CYCLES_PRODUCTION if stack.profile.s3_checkpoints else CYCLES
@@ -78,6 +82,7 @@ def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stac
                 feeder.feed,
                 lambda topic=topic_of[job]: feeder.produced_on(topic),
                 BREAK_CHECKPOINT,
+                crash_marker=markers[job],
             )
             for job in JOBS
         }
@@ -106,6 +111,8 @@ def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stac
         f"{len(outputs.dead_letters)} dead letters; API alert ids {len(outputs.api_alert_ids)}"
     )
     assert all(len(k) >= cycles for k in kills.values()), kills
+    assert all(marker.exists() for marker in markers.values()), "a job never crashed after writing alerts"
+    assert outputs.alert_copies > len(outputs.alerts), "the batch crashed after its alert write was not replayed"
     assert_outputs_match(scenario, outputs, settings)
 
 
