@@ -68,10 +68,10 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
         assert value(samples, "streamstate_job_processed_rows_per_second", **labels) >= 0
 
         metrics.alerts.labels(kind="anomaly").inc(2)
-        metrics.dead_letters.inc()
+        metrics.dead_letters.labels(stage="clock_skew").inc()
         after = scrape(port)
         assert value(after, "streamstate_job_alerts_total", job="metrics-test", kind="anomaly") == 2
-        assert value(after, "streamstate_job_dead_letters_total", job="metrics-test") == 1
+        assert value(after, "streamstate_job_dead_letters_total", job="metrics-test", stage="clock_skew") == 1
 
         query.stop()
         wait_until(
