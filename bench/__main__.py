@@ -14,7 +14,9 @@ every Spark figure; fresh checkpoints, consumer groups and output topics per run
 6. API, for 1,000,000 and 10,000,000 users: RSS, cold rebuild, restart to ready with the
    store present, p50/p99 at 1,000 and 2,500 requests/s from a second process (``bench.api_latency``);
 7. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
-   standalone cluster (``bench.cluster_throughput``).
+   standalone cluster (``bench.cluster_throughput``);
+8. validation: µs per record of the validation step, per-record pydantic vs the contracts'
+   fast path, on the same generators' records, no broker or Spark (``bench.validation``).
 
 Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 events over
 100,000 users, 1,000,000 points over 10,000 series, 1,000,000 keys in state, 1,000,000 and
@@ -43,7 +45,7 @@ from typing import Any, Callable
 from bench.report import write_results
 
 HERE = Path(__file__).resolve().parent
-FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "api", "cluster")
+FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "api", "validation", "cluster")
 DEFAULT_FIGURES = FIGURES[:-1]  # the cluster figure starts a second Spark: only when asked for
 SIZES = {  # name -> (default: the issue's, --quick)
     "events": (1_000_000, 100_000),
@@ -54,6 +56,7 @@ SIZES = {  # name -> (default: the issue's, --quick)
     "state_small": (10_000, 10_000),
     "api_sessions": (1_000_000, 100_000),
     "api_sessions_large": (10_000_000, 1_000_000),
+    "validation_records": (100_000, 20_000),
 }
 WARM_UP_EVENTS = 20_000
 SEED = 20_261_122
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_started = time.perf_counter()
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from bench import anomalies_throughput, latency, sessions_throughput
+    from bench import anomalies_throughput, latency, sessions_throughput, validation
     from bench.dataset import produce_metrics, produce_user_events
     from streamstate.jobs.spark import build_spark
     from streamstate.settings import Settings
@@ -250,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)
+    # In-process and CPU-bound: measured before the broker and Spark start.
+    run.figure("validation", lambda: validation.measure(args.validation_records, args.runs))
     needs_spark = {"sessions", "anomalies", "latency", "state"} & set(args.only)
     with EmbeddedStack(settings=settings, workdir=workdir, quiet=True) as stack:
         bootstrap = stack.start_broker()

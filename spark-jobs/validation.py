@@ -82,11 +82,13 @@ def validate_batch(batch: pa.RecordBatch, contract: FastContract, arrow_schema: 
     kafka_ts = _kafka_millis(batch.column("timestamp"))
     refused = {i: ("contract", reason) for i, reason in parsed.reasons.items()}
     ts = pa.array(columns["ts"], pa.int64())
-    skewed = _too_far_ahead(ts, kafka_ts, max_clock_skew_ms)
-    for i in skewed:
-        refused[i] = (CLOCK_SKEW, clock_skew_reason(columns["ts"][i], kafka_ts[i].as_py(), max_clock_skew_ms))
-        for column in columns.values():
-            column[i] = None
+    skewed = False
+    for i in _too_far_ahead(ts, kafka_ts, max_clock_skew_ms):
+        reason = clock_skew_reason(columns["ts"][i], kafka_ts[i].as_py(), max_clock_skew_ms)
+        if reason is not None:  # always, as the batch-wide check is the rule's own condition; the rule has the last word
+            refused[i], skewed = (CLOCK_SKEW, reason), True
+            for column in columns.values():
+                column[i] = None
     error, error_stage, raw_key, raw_value = ([None] * n for _ in range(4))
     for i, (stage, reason) in refused.items():
         error[i], error_stage[i] = reason, stage
@@ -122,7 +124,8 @@ def _kafka_millis(timestamps: pa.Array) -> pa.Array:
 
 
 def _too_far_ahead(ts: pa.Array, kafka_ts: pa.Array, max_clock_skew_ms: int) -> list[int]:
-    """Records :func:`clock_skew_reason` refuses, found for the whole batch at once."""
+    """The records :func:`clock_skew_reason` refuses (a Kafka timestamp, and ``ts`` further ahead of
+    it than allowed), found for the whole batch at once."""
     ahead = pc.greater(pc.subtract(ts, kafka_ts), max_clock_skew_ms)
     judged = pc.and_(ahead, pc.greater_equal(kafka_ts, 0))
     return np.flatnonzero(pc.fill_null(judged, False).to_numpy(zero_copy_only=False)).tolist()

@@ -181,7 +181,7 @@ def extra_token(draw, rng: random.Random, hostile: bool) -> str:
     return spell_string(rng, _text(rng, draw(st.integers(0, 30)), draw(st.sampled_from([*ALPHABETS, "mixed"]))), mode)
 
 
-FLAWS = ("prefix", "suffix", "junk_field", "missing_field", "hostile_extra", "invalid_utf8", "bom", "cut")
+FLAWS = ("prefix", "suffix", "inner_ws", "junk_field", "missing_field", "hostile_extra", "invalid_utf8", "bom", "cut")
 
 
 @st.composite
@@ -193,20 +193,22 @@ def adversarial_record(draw, topic: str) -> tuple[bytes | None, bytes | None]:
     name_mode = draw(st.sampled_from(["raw", "raw", "raw", "ascii", "escaped", "mixed"]))
     string_mode = draw(st.sampled_from(["raw", "ascii", "escaped", "mixed"]))
     identity = draw(id_text(rng, clean))
-    fields: dict[str, str] = {}
-    if topic == "events":
-        fields["event_id"] = spell_string(rng, draw(id_text(rng, clean)), string_mode)
-        fields["user_id"] = spell_string(rng, identity, string_mode)
-        fields["type"] = spell_string(rng, draw(st.sampled_from(EVENT_TYPES)), string_mode)
-        fields["ts"] = draw(ts_token(rng, clean))
-        if draw(st.booleans()):
-            fields["page"] = "null" if draw(st.booleans()) else spell_string(rng, _text(rng, draw(st.integers(0, 60)), "mixed"), string_mode)
-        if draw(st.booleans()):
-            fields["amount"] = "null" if rng.random() < 0.2 else draw(number_token(rng, clean))
-    else:
-        fields["series_id"] = spell_string(rng, identity, string_mode)
-        fields["ts"] = draw(ts_token(rng, clean))
-        fields["value"] = draw(number_token(rng, clean))
+
+    def token(name: str) -> str:
+        """A value of field ``name`` (valid when clean), spelled in this record's way."""
+        if name in ("event_id", "user_id", "series_id"):
+            return spell_string(rng, identity if name == KEY_FIELD[topic] else draw(id_text(rng, clean)), string_mode)
+        if name == "type":
+            return spell_string(rng, draw(st.sampled_from(EVENT_TYPES)), string_mode)
+        if name == "ts":
+            return draw(ts_token(rng, clean))
+        if name == "page":
+            return "null" if draw(st.booleans()) else spell_string(rng, _text(rng, draw(st.integers(0, 60)), "mixed"), string_mode)
+        return "null" if name == "amount" and rng.random() < 0.2 else draw(number_token(rng, clean))
+
+    names = ["event_id", "user_id", "type", "ts"] if topic == "events" else ["series_id", "ts", "value"]
+    names += [name for name in ("page", "amount") if topic == "events" and draw(st.booleans())]
+    fields = {name: token(name) for name in names}
     pairs = [(spell_string(rng, name, name_mode), token) for name, token in fields.items()]
     if "junk_field" in flaws:
         index = draw(st.integers(0, len(pairs) - 1))
@@ -215,14 +217,16 @@ def adversarial_record(draw, topic: str) -> tuple[bytes | None, bytes | None]:
         del pairs[draw(st.integers(0, len(pairs) - 1))]
     for _ in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):  # unknown fields, some named like real ones (duplicates)
         name = draw(st.sampled_from(["note", "", "Ts", "ts ", "user_id\u0000", "x" * 40, *fields]))
-        if name in fields:
-            token = fields[name] if clean else draw(st.sampled_from([fields[name], *JUNK_TOKENS]))
+        if name in fields:  # a duplicate key: the same value, another (valid when clean) one, or junk
+            value = draw(st.sampled_from([fields[name], token(name), *([] if clean else JUNK_TOKENS)]))
         else:
-            token = draw(extra_token(rng, hostile="hostile_extra" in flaws))
-        pairs.insert(draw(st.integers(0, len(pairs))), (spell_string(rng, name, name_mode), token))
+            value = draw(extra_token(rng, hostile="hostile_extra" in flaws))
+        pairs.insert(draw(st.integers(0, len(pairs))), (spell_string(rng, name, name_mode), value))
     if draw(st.booleans()):
         rng.shuffle(pairs)
     ws = [draw(JSON_WS) for _ in range(4)]
+    if "inner_ws" in flaws:
+        ws[draw(st.integers(0, 3))] += draw(st.sampled_from(NOT_JSON_WS))
     body = "{" + ws[0] + ",".join(f"{ws[1]}{name}{ws[2]}:{ws[3]}{token}" for name, token in pairs) + ws[0] + "}"
     if draw(st.integers(0, 9)) == 0:  # a value just around FAST_MAX_BYTES
         pad = FAST_MAX_BYTES - len(body.encode()) - 12 + draw(st.integers(-3, 3))
