@@ -34,7 +34,7 @@ from streamstate.contracts import (
     dead_letter_text,
     spark_schema,
 )
-from streamstate.contracts_fast import FastContract, fast_contract
+from streamstate.contracts_fast import FastContract, fast_contract, python_bytes
 from streamstate.jobs.rules.dead_letters import coordinates_key
 from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
 from streamstate.jobs.state import StateResult, StateSpec, map_with_state
@@ -90,9 +90,10 @@ def validate_batch(batch: pa.RecordBatch, contract: FastContract, arrow_schema: 
             for column in columns.values():
                 column[i] = None
     error, error_stage, raw_key, raw_value = ([None] * n for _ in range(4))
-    for i, (stage, reason) in refused.items():
-        error[i], error_stage[i] = reason, stage
-        raw_key[i], raw_value[i] = dead_letter_text(keys[i].as_py()), dead_letter_text(values[i].as_py())
+    rows = list(refused)
+    for i, key, value in zip(rows, python_bytes(keys, rows), python_bytes(values, rows)):
+        error_stage[i], error[i] = refused[i]
+        raw_key[i], raw_value[i] = dead_letter_text(key), dead_letter_text(value)
     given = {
         **columns,
         "topic": batch.column("topic"),

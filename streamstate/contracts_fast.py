@@ -171,6 +171,13 @@ class Parsed:
     fallback: int  # records decided by the contract (parse_input) rather than the fast path
 
 
+def python_bytes(array: pa.Array, rows: list[int]) -> list[bytes | None]:
+    """The ``rows`` of a binary array as Python bytes (None where null), without a scalar per row."""
+    if not rows:
+        return []
+    return array.take(pa.array(rows, pa.int64())).to_numpy(zero_copy_only=False).tolist()
+
+
 def _binary(array: pa.Array) -> pa.Array:
     return array if pa.types.is_binary(array.type) else array.cast(pa.binary())
 
@@ -264,9 +271,10 @@ class FastContract:
         decided = self.decide(keys, values)
         columns = decided.columns
         reasons: dict[int, str] = {}
-        for i in decided.undecided:
+        left = decided.undecided
+        for i, key, value in zip(left, python_bytes(keys, left), python_bytes(values, left)):
             try:
-                record = parse_input(self.model, keys[i].as_py(), values[i].as_py())
+                record = parse_input(self.model, key, value)
             except ContractError as error:
                 reasons[i] = error.reason
                 continue
