@@ -63,10 +63,12 @@ def validated_schema(model: type[UserEvent] | type[Metric]) -> T.StructType:
 
 
 def _validator(model: type[UserEvent] | type[Metric], schema: T.StructType, max_clock_skew_ms: int):
-    contract = fast_contract(model)
     arrow_schema = to_arrow_schema(schema)
 
     def validate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # Looked up in the Python worker: the derived msgspec types are built at import there and
+        # cannot be pickled into this closure.
+        contract = fast_contract(model)
         for batch in batches:
             yield validate_batch(batch, contract, arrow_schema, max_clock_skew_ms)
 

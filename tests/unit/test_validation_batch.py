@@ -125,3 +125,16 @@ def test_an_empty_batch_keeps_the_schema():
     model = MODELS["events"]
     schema = to_arrow_schema(validated_schema(model))
     assert validate_batch(_metric_batch([], []), fast_contract(model), schema, 60_000).schema == schema
+
+
+def test_the_validator_ships_to_python_workers_by_pickle():
+    """Spark pickles the mapInArrow function into its workers; the derived msgspec types cannot be pickled."""
+    from pyspark import cloudpickle
+
+    from streamstate.jobs.validation import _validator
+
+    model = MODELS["metrics"]
+    shipped = cloudpickle.loads(cloudpickle.dumps(_validator(model, validated_schema(model), 60_000)))
+    (out,) = list(shipped(iter([_metric_batch([b'{"series_id":"s","ts":1,"value":2}', b"[]"], [5, 5])])))
+    assert out.column("value").to_pylist() == [2.0, None]
+    assert out.column("error").to_pylist() == [None, "expected a JSON object, got []"]
