@@ -131,7 +131,21 @@ def _any_float(draw) -> float:
 
 
 @st.composite
+def wild_number(draw) -> str:
+    """Any JSON number: long mantissas, leading zeros after the point, exponents far outside a double's range."""
+    sign = draw(st.sampled_from(["", "-"]))
+    integer = draw(st.sampled_from(["0", "1", "9"])) if draw(st.booleans()) else str(draw(st.integers(1, 10**40)))
+    fraction = draw(st.sampled_from(["", "." + "0" * draw(st.integers(0, 30)) + str(draw(st.integers(0, 10**25)))]))
+    exponent = draw(st.sampled_from(["", "e", "E", "e+", "e-", "E-"]))
+    if exponent:
+        exponent += str(draw(st.one_of(st.integers(0, 400), st.integers(0, 10**6))))
+    return sign + integer + fraction + exponent
+
+
+@st.composite
 def number_token(draw, rng: random.Random, clean: bool) -> str:
+    if draw(st.integers(0, 4)) == 0:
+        return draw(wild_number())
     if draw(st.booleans()):
         value = draw(st.one_of(st.sampled_from(EDGE_INTS), st.integers(-(2**70), 2**70), st.integers(-(10**320), 10**320)))
         if clean and abs(value) >= 2**1024 - 2**970:  # rounds to infinity: refused
