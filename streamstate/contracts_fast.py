@@ -175,7 +175,7 @@ def python_bytes(array: pa.Array, rows: list[int]) -> list[bytes | None]:
     """The ``rows`` of a binary array as Python bytes (None where null), without a scalar per row."""
     if not rows:
         return []
-    return array.take(pa.array(rows, pa.int64())).to_numpy(zero_copy_only=False).tolist()
+    return _binary(array).take(pa.array(rows, pa.int64())).to_numpy(zero_copy_only=False).tolist()
 
 
 def _binary(array: pa.Array) -> pa.Array:
