@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     # These two start their own processes (API + load generator, a Spark cluster).
     run.figure("api", lambda: api(args))
     run.figure("cluster", lambda: cluster(args.events))
-    run.figure("validation", lambda: validation_figure(args))
+    run.figure("validation", lambda: validation_figure(args))  # in-process, no broker or Spark
     from bench.report import markdown, update_readme
 
     run.doc["setup"]["bench_wall_s"] = round(time.perf_counter() - bench_started, 1)
