@@ -1,7 +1,7 @@
 """Validation micro-benchmark: µs per record of the jobs' validation step, per-record pydantic vs the fast path.
 
     .venv/bin/python -m bench.validation [--records 100000] [--runs 5]
-    .venv/bin/python -m bench --only validation        (the same figure inside ``make bench``)
+    .venv/bin/python -m bench --only validation        (the same figure in bench/results.json; opt-in)
 
 No broker and no Spark: the bench's own datasets (the producers' generators with the seed
 and sizes of bench/dataset.py: user events over a tenth as many users, metric points over a
