@@ -25,6 +25,9 @@ Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 ev
 runs, one small warm-up run of each Spark query is discarded, as the Quix peers' start-up is.
 Writes ``bench/results.json`` and ``bench/results.md`` (after every figure, so a failure keeps
 what was measured) and prints the table. Nothing is asserted.
+
+``--only validation`` measures the validation step in-process, no broker or Spark: µs per
+record of the per-record pydantic path vs the contracts' fast path (``bench.validation``).
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ SIZES = {  # name -> (default: the issue's, --quick)
     "state_small": (10_000, 10_000),
     "api_sessions": (1_000_000, 100_000),
     "api_sessions_large": (10_000_000, 1_000_000),
+    "validation_records": (100_000, 20_000),
 }
+# In-process and CPU-bound: only when asked for (--only validation), like the cluster figure.
+FIGURES += ("validation",)
 WARM_UP_EVENTS = 20_000
 SEED = 20_261_122
 NOTES = [
@@ -226,6 +232,12 @@ def cluster(events: int) -> dict[str, Any]:
     return cluster_throughput.run(events, SEED)
 
 
+def validation_figure(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import validation
+
+    return validation.measure(args.validation_records, args.runs)
+
+
 def warm_up(spark, settings, workdir: Path) -> float:
     """One small discarded run of each measured Spark query: JIT compilation and the first
     Python workers are paid here, not by whichever figure happens to run first."""
@@ -291,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     # These two start their own processes (API + load generator, a Spark cluster).
     run.figure("api", lambda: api(args))
     run.figure("cluster", lambda: cluster(args.events))
+    run.figure("validation", lambda: validation_figure(args))  # in-process, no broker or Spark
     from bench.report import markdown, update_readme
 
     run.doc["setup"]["bench_wall_s"] = round(time.perf_counter() - bench_started, 1)

@@ -114,6 +114,8 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ))
     if "api" in figures and "error" not in figures["api"] and "sizes" in figures["api"]:
         rows += _api_rows(figures["api"])
+    if "validation" in figures and "error" not in figures["validation"]:
+        rows += _validation_rows(figures["validation"])
     if "cluster" in figures and "error" not in figures["cluster"] and "skipped" not in figures["cluster"]:
         f = figures["cluster"]
         local, cluster = f.get("local", {}), f.get("cluster", {})
@@ -151,6 +153,25 @@ def _api_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             goal = _goal(at["median_p99_ms"] < 10, "p99 < 10 ms") if float(rate) >= 2500 else ""
             rows.append((f"{users}: p50 / p99 at {float(rate):,.0f} req/s", f"{at['median_p50_ms']:,.1f} / {at['median_p99_ms']:,.1f} ms", goal,
                          f"open loop from a second process, {f['seconds_per_run']:.0f}s per run; API CPU {at['median_api_cpu_ms_per_request']} ms/request"))
+    return rows
+
+
+def _validation_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Per dataset: the validation step's µs per record, per-record pydantic vs the fast path (issue 18)."""
+    rows = []
+    for name, d in f["datasets"].items():
+        good = name.endswith("_good")
+        kind = name.removesuffix("_good").removesuffix("_with_bad").replace("_", " ")
+        label = f"Validation step, {kind}, " + ("good records only" if good else f"{f['bad_share']:.0%} bad")
+        before, after = d["per_record"], d["fast_path"]
+        rows.append((
+            label,
+            f"{before['median_us_per_record']:.2f} µs per record (per-record pydantic; best run {before['best_us_per_record']:.2f}) -> "
+            f"{after['median_us_per_record']:.2f} µs (fast path; best run {after['best_us_per_record']:.2f}) = {d['speedup']}x",
+            _goal(after["median_us_per_record"] < 2, "< 2 µs per good record") if good else "",
+            f"{d['records']:,} records in batches of {f['batch_rows']:,}, CPU time, median of {f['runs']} runs; "
+            f"{d['fallback_records']:,} through the contract",
+        ))
     return rows
 
 

@@ -259,6 +259,11 @@ def decode_utf8(data: bytes | None, what: str) -> str | None:
 _KEY_FIELD = {UserEvent: "user_id", Metric: "series_id"}
 
 
+def key_field(model: type[UserEvent] | type[Metric]) -> str:
+    """The field a non-null record key must equal (see :func:`parse_input`)."""
+    return _KEY_FIELD[model]
+
+
 def parse_input(model: type[UserEvent] | type[Metric], key: bytes | None, value: bytes | None):
     """Validate one Kafka record against an input contract, or raise :class:`ContractError`."""
     if value is None:
