@@ -83,6 +83,7 @@ def new_state() -> dict[str, Any]:
         "activities": {},
         "ts": None,  # latest event time seen, settled or not
         "seen": {},  # hash of each accepted event_id -> its event time, for dedupe_retention_ms
+        "seen_floor": None,  # the oldest event time in "seen" (None: empty), so pruning is O(1) until due
     }
 
 
@@ -98,6 +99,9 @@ def add_event(
     """Hold an accepted (de-duplicated, not late) event until the watermark settles it."""
     state["pending"].append([ts, event_id, event_type, amount, None if source is None else list(source)])
     state["seen"][hashed or id_hash(event_id)] = ts
+    if "seen_floor" in state:  # a state saved before the floor existed gets it at its next pruning
+        floor = state["seen_floor"]
+        state["seen_floor"] = ts if floor is None else min(floor, ts)
     state["ts"] = ts if state["ts"] is None else max(state["ts"], ts)
 
 
@@ -177,10 +181,15 @@ def settle(state: dict[str, Any], user_id: str, watermark_ms: int | None, rule: 
 
 
 def _forget_old_ids(state: dict[str, Any], watermark_ms: int, rule: SessionRule) -> None:
-    seen = state["seen"]
+    # Checked every batch for every touched user: comparing with the floor keeps a hot user's
+    # cost independent of how many ids the retention holds; the scan runs only when some are due.
     horizon = watermark_ms - rule.dedupe_retention_ms
-    if seen and min(seen.values()) < horizon:
-        state["seen"] = {h: ts for h, ts in seen.items() if ts >= horizon}
+    floor = state.get("seen_floor", horizon - 1)
+    if floor is None or floor >= horizon:
+        return
+    kept = {h: ts for h, ts in state["seen"].items() if ts >= horizon}
+    state["seen"] = kept
+    state["seen_floor"] = min(kept.values()) if kept else None
 
 
 def next_deadline(state: dict[str, Any], rule: SessionRule) -> int | None:
@@ -341,6 +350,7 @@ def _preview(state: dict[str, Any]) -> dict[str, Any]:
         "activities": {kind: dict(span) for kind, span in state["activities"].items()},
         "ts": state["ts"],
         "seen": {},
+        "seen_floor": None,
     }
 
 

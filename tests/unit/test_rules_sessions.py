@@ -183,6 +183,25 @@ def test_ids_are_remembered_for_the_retention_then_forgotten():
     assert admitted.accepted == 1, "an id older than the retention may be used again"
 
 
+@given(st.lists(st.tuples(st.integers(0, 200_000), st.integers(0, 40)), max_size=60), st.lists(st.integers(0, 300_000), max_size=8))
+def test_the_remembered_ids_are_exactly_those_within_the_retention(arrivals, watermarks):
+    """The pruning floor is a shortcut only: what is remembered equals the naive filter."""
+    rule = sessions.SessionRule(gap_ms=RULE.gap_ms, dedupe_retention_ms=50_000)
+    state = sessions.new_state()
+    naive: dict[bytes, int] = {}
+    watermark = None
+    for i, (ts, event) in enumerate(arrivals):
+        if i < len(watermarks) and (watermark is None or watermarks[i] > watermark):
+            watermark = watermarks[i]
+            sessions.settle(state, "u", watermark, rule)
+            naive = {h: t for h, t in naive.items() if t >= watermark - rule.dedupe_retention_ms}
+        hashed = sessions.id_hash(f"e{event}")
+        if sessions.admit(state, [(ts, f"e{event}", "click", None)], watermark).accepted:
+            naive[hashed] = ts
+        assert state["seen"] == naive
+    assert state["seen_floor"] == (min(state["seen"].values()) if state["seen"] else None)
+
+
 def test_the_first_arrival_wins_a_re_send_with_a_changed_ts():
     state, result = sessions.fold_all([(5_000, "a", "logout", None), (1_000, "a", "click", None)], "u", 10**9, RULE)
     assert [(c.start, c.ended_by) for c in result.closed] == [(5_000, "logout")]
