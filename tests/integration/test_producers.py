@@ -34,7 +34,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.
     goes on until the expected count, then a little longer (well past fetch.wait.max.ms)
     so that surplus records would show up too.
     """
-    consumer = Consumer(reader_config(bootstrap, "producer-tests", **{"fetch.wait.max.ms": 100}))
+    consumer = Consumer({**reader_config(bootstrap, "producer-tests", **{"fetch.wait.max.ms": 100}), "enable.partition.eof": False})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
