@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 from streamstate.producers import kinesis_writer
 from streamstate.producers.generators import DEFAULT_START_TS, MetricGenerator, UserEventGenerator, interleave
 from streamstate.producers.kafka_writer import ProducerSetupError, ProduceSummary, check_broker, produce_records
+from streamstate.kafka_clients import connection
 from streamstate.producers.records import ProducedRecord
 from streamstate.producers.scenario import ScenarioError, read_scenario, write_scenario
 from streamstate.settings import Settings, get_settings
@@ -206,9 +207,10 @@ def _send(
         _say(announce.replace(f"at {args.bootstrap}", f"at {target}").replace(f"to {args.bootstrap}", f"to {target}"))
         produce = partial(kinesis_writer.produce_records, settings.kinesis_endpoint_url, settings.kinesis_region)
     else:
-        check_broker(args.bootstrap, set(topics))
+        broker = connection(get_settings(), bootstrap_servers=args.bootstrap)
+        check_broker(broker, set(topics))
         _say(announce)
-        produce = partial(produce_records, args.bootstrap)
+        produce = partial(produce_records, broker)
     stop = _install_stop_signals()
     summary: ProduceSummary = produce(
         records,

@@ -4,6 +4,9 @@ Every record is either acknowledged by the broker or counted as failed with its
 reason; nothing is dropped silently. librdkafka's own log lines are routed to the
 ``streamstate.producers.kafka`` logger instead of stderr, so a command's stderr stays
 one progress line and one summary (or one ``error:`` line).
+
+The broker is ``Settings`` or a connection from :func:`streamstate.kafka_clients.connection`
+(bootstrap servers and the user's client options), or a bootstrap string in tests.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TextIO
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
 
+from streamstate.kafka_clients import admin, bootstrap_of, producer_config, reason
 from streamstate.producers.pacing import ProgressLine, TokenBucket
 from streamstate.producers.records import ProducedRecord
 
@@ -56,16 +59,14 @@ class ProduceSummary:
         return text
 
 
-def client_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """Common librdkafka settings: quiet logging, fast failure on an unreachable broker."""
-    return {"bootstrap.servers": bootstrap, "logger": log, "socket.timeout.ms": 5_000, **overrides}
-
-
-def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """Producer settings tuned for throughput without giving up per-key order."""
-    return client_config(
-        bootstrap,
+def generator_producer_config(broker: Any, **overrides: Any) -> dict[str, Any]:
+    """Producer settings tuned for throughput without giving up per-key order; librdkafka's
+    log lines go to this module's logger, an unreachable broker fails fast."""
+    return producer_config(
+        broker,
         **{
+            "logger": log,
+            "socket.timeout.ms": 5_000,
             "linger.ms": 20,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 500_000,
@@ -78,26 +79,21 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     )
 
 
-def check_broker(bootstrap: str, topics: Iterable[str], timeout_s: float = 5.0) -> None:
+def check_broker(broker: Any, topics: Iterable[str], timeout_s: float = 5.0) -> None:
     """Fail fast, in one line, when the broker does not answer or a topic does not exist.
 
     Asks for all topics' metadata (never one topic's: this broker would auto-create it).
     """
+    bootstrap = bootstrap_of(broker)
     try:
-        client = AdminClient(client_config(bootstrap))
-        metadata = client.list_topics(timeout=timeout_s)
+        metadata = admin(broker, logger=log, **{"socket.timeout.ms": 5_000}).list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise ProducerSetupError(f"Kafka broker at {bootstrap} did not answer within {timeout_s:g}s ({_reason(exc)})") from None
+        raise ProducerSetupError(f"Kafka broker at {bootstrap} did not answer within {timeout_s:g}s ({reason(exc)})") from None
     present = {name for name, topic in metadata.topics.items() if topic.error is None}
     missing = sorted(set(topics) - present)
     if missing:
         known = ", ".join(sorted(n for n in present if not n.startswith("_"))[:10]) or "none"
         raise ProducerSetupError(f"unknown topic {', '.join(missing)} on {bootstrap} (existing: {known})")
-
-
-def _reason(exc: KafkaException) -> str:
-    error = exc.args[0] if exc.args else None
-    return error.str() if isinstance(error, KafkaError) else str(exc)
 
 
 class _Deliveries:
@@ -120,7 +116,7 @@ class _Deliveries:
 
 
 def produce_records(
-    bootstrap: str,
+    broker: Any,
     records: Iterable[ProducedRecord],
     rate: float | None = None,
     progress: bool = True,
@@ -140,7 +136,7 @@ def produce_records(
     extra keyword arguments override librdkafka settings (dots as double underscores).
     """
     overrides = {key.replace("__", "."): value for key, value in config.items()}
-    producer = Producer(producer_config(bootstrap, **overrides))
+    producer = Producer(generator_producer_config(broker, **overrides))
     deliveries = _Deliveries()
     bar = ProgressLine(progress_stream or sys.stderr, total=total, enabled=progress)
     bucket = TokenBucket(rate) if rate else None
@@ -198,7 +194,7 @@ def _send(producer: Producer, record: ProducedRecord, deliveries: _Deliveries) -
         except BufferError:  # local queue full: let deliveries drain it
             producer.poll(0.05)
         except KafkaException as exc:
-            deliveries.fail(_reason(exc))
+            deliveries.fail(reason(exc))
             return
 
 

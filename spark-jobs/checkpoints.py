@@ -122,16 +122,17 @@ def check_state_buckets(spark: SparkSession, checkpoint: str, wanted: int) -> No
 class TopicIdentity:
     """Records the input topics' ids with a checkpoint and checks them before every batch."""
 
-    def __init__(self, spark: SparkSession, checkpoint: str, client_conf: dict[str, str], topics: list[str]):
+    def __init__(self, spark: SparkSession, checkpoint: str, broker: object, topics: list[str]):
+        """``broker``: the job's ``Settings`` (bootstrap servers and client options)."""
         self._files = CheckpointFiles(spark, checkpoint)
         self._checkpoint = checkpoint
-        self._client_conf = client_conf
+        self._broker = broker
         self._topics = topics
         self._recorded: dict[str, str] | None = None
 
     def check(self) -> None:
         """Raise :class:`SourceResetError` when an input topic is not the one the checkpoint read."""
-        current = topic_ids(self._client_conf, self._topics)
+        current = topic_ids(self._broker, self._topics)
         if self._recorded is None:
             stored = self._files.read(TOPIC_IDS_FILE)
             self._recorded = json.loads(stored) if stored else {}

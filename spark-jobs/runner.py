@@ -112,7 +112,7 @@ def start_query(
     check_state_buckets(spark, checkpoint, settings.state_buckets)
     identity = None
     if input_topics:
-        identity = TopicIdentity(spark, checkpoint, {"bootstrap.servers": settings.bootstrap_servers}, input_topics).check
+        identity = TopicIdentity(spark, checkpoint, settings, input_topics).check
     writer = (
         build(spark, settings)
         .writeStream.queryName(job)
@@ -223,7 +223,7 @@ def run_job(
             )
             for name, error in failures:
                 # A lost broker fails deep in the source with a long traceback: name it plainly.
-                log.error("%s", failure_message(name, error, settings.bootstrap_servers, checkpoint, next_step))
+                log.error("%s", failure_message(name, error, settings, checkpoint, next_step))
             if attempt == settings.job_max_restarts:
                 log.error(
                     "giving up after %d restarts. Check that the Kafka broker at %s is reachable and the log above; "

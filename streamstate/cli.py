@@ -8,9 +8,7 @@ broker that does not answer) ends the program with a one-line ``error: ...`` and
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
-import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaException
@@ -18,7 +16,8 @@ from pydantic import ValidationError
 
 from streamstate.profiles import PROFILES
 from streamstate.settings import REPO_ROOT, Settings
-from streamstate.topics import TopicSpec, create_topics, existing_topics, load_topics, wait_for_broker
+from streamstate.kafka_clients import masked_json, reason, wait_for_broker
+from streamstate.topics import TopicSpec, create_topics, existing_topics, load_topics
 
 EXIT_ERROR = 2
 
@@ -39,37 +38,9 @@ def _settings_for(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
-def _wait_for_listener(bootstrap_servers: str, timeout_s: float) -> None:
-    """Block until one bootstrap address accepts TCP connections.
-
-    Probing the socket first keeps a Kafka client from being created against a broker
-    that is not there yet (compose start-up), whose retries would flood stderr.
-    """
-    addresses = []
-    for server in bootstrap_servers.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise CommandError(f"bootstrap server {server.strip()!r} is not host:port")
-        addresses.append((host.strip("[]"), int(port)))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for address in addresses:
-            try:
-                socket.create_connection(address, timeout=1.0).close()
-                return
-            except OSError as exc:
-                last = exc
-        if time.monotonic() >= deadline:
-            raise CommandError(
-                f"Kafka broker at {bootstrap_servers} did not answer within {timeout_s:g}s: {last}"
-            )
-        time.sleep(0.5)
-
-
 def _reach_broker(settings: Settings, timeout_s: float) -> None:
-    _wait_for_listener(settings.bootstrap_servers, timeout_s)
     try:
-        wait_for_broker(settings.bootstrap_servers, timeout_s=timeout_s)
+        wait_for_broker(settings, timeout_s=timeout_s)
     except TimeoutError as exc:
         raise CommandError(str(exc)) from None
 
@@ -87,7 +58,7 @@ def _defined_topics_on_reachable_broker(args: argparse.Namespace, settings: Sett
 def topics_create(args: argparse.Namespace, settings: Settings) -> int:
     """Create the topics of the topic file that the broker does not have yet."""
     specs = _defined_topics_on_reachable_broker(args, settings)
-    created = create_topics(settings.bootstrap_servers, specs)
+    created = create_topics(settings, specs)
     for spec in specs:
         state = "created" if spec.name in created else "exists"
         print(f"{spec.name}\t{spec.partitions}\t{state}")
@@ -97,7 +68,7 @@ def topics_create(args: argparse.Namespace, settings: Settings) -> int:
 def topics_list(args: argparse.Namespace, settings: Settings) -> int:
     """List the topic file's topics with their partition counts on the broker."""
     specs = _defined_topics_on_reachable_broker(args, settings)
-    present = existing_topics(settings.bootstrap_servers)
+    present = existing_topics(settings)
     missing = 0
     for spec in specs:
         partitions = present.get(spec.name)
@@ -129,6 +100,8 @@ def show_config(args: argparse.Namespace, settings: Settings) -> int:
         shown = "" if value is None else str(value).replace(str(REPO_ROOT), "<repo>")
         if value is not None and (field.json_schema_extra or {}).get("secret"):
             shown = "<set>"  # a secret is never printed
+        elif isinstance(value, dict):  # as the environment variable takes it, secrets masked
+            shown = masked_json(value)
         rows.append((f"STREAMSTATE_{name.upper()}", shown, field.description or ""))
     if args.markdown:
         print("\n".join(["| " + " | ".join(rows[0]) + " |", "|---|---|---|"] + [f"| `{a}` | `{b}` | {c} |" for a, b, c in rows[1:]]))
@@ -192,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = ".".join(str(part) for part in first["loc"])
         message = f"invalid setting {where}: {first['msg']}"
     except (CommandError, KafkaException) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        message = reason(exc)
     print(f"error: {message}", file=sys.stderr)
     return EXIT_ERROR
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="STREAMSTATE_", env_file=".env", extra="ignore")
+    # Inputs stay out of error messages: kafka_client_options may hold passwords.
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMSTATE_", env_file=".env", extra="ignore", hide_input_in_errors=True
+    )
 
     # --- Kafka -----------------------------------------------------------------
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
@@ -27,6 +30,14 @@ class Settings(BaseSettings):
     )
     partitions: int | None = Field(
         None, ge=1, description="Override the partition count of every topic in the topic file."
+    )
+    kafka_client_options: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Extra Kafka client settings for every client and Spark's kafka.* options, as a JSON object of "
+        'librdkafka names, e.g. {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", '
+        '"sasl.password": "p"}; java.<name> keys reach only Spark\'s built-in connector. Secret values are masked '
+        "when shown. See README, Kafka client settings.",
+        json_schema_extra={"secret_values": True},
     )
     topic_user_events: str = "user-events"
     topic_metrics: str = "metrics"
@@ -159,10 +170,10 @@ class Settings(BaseSettings):
         15.0, gt=0, description="Seconds between keep-alive comments on the API's alert event stream."
     )
     api_end_probe_s: float = Field(
-        1.0,
+        5.0,
         gt=0,
-        description="How long the API reads past the broker's reported end offsets at start to find the true ends "
-        "(the embedded broker under-reports its high watermark).",
+        description="Longest the API probes past the broker's reported end offsets at start to find the true ends "
+        "(the embedded broker under-reports its high watermark); the probe ends at each partition's first answer.",
     )
     api_retry_s: float = Field(2.0, gt=0, description="Pause between the API's attempts to reach Kafka.")
     api_store_path: Path = Field(
@@ -193,6 +204,13 @@ class Settings(BaseSettings):
     prometheus_scrape_interval: str = Field(
         "2s", description="Scrape interval of the embedded Prometheus (a Prometheus duration)."
     )
+
+    @field_validator("kafka_client_options", mode="before")
+    @classmethod
+    def _client_options(cls, value: object) -> object:
+        from streamstate.kafka_clients import parse_options
+
+        return parse_options(value)
 
     def checkpoint(self, job: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{job}"

@@ -11,6 +11,7 @@ the same class as session fixtures.
 from __future__ import annotations
 
 import atexit
+import json
 import ctypes
 import os
 import shutil
@@ -25,7 +26,8 @@ from pathlib import Path
 from streamstate.production import KafkaBroker, MinioServer, S3Credentials
 from streamstate.profiles import EMBEDDED, Profile
 from streamstate.settings import REPO_ROOT, Settings
-from streamstate.topics import ensure_topics, wait_for_broker
+from streamstate.kafka_clients import wait_for_broker
+from streamstate.topics import ensure_topics
 
 
 def free_port() -> int:
@@ -139,7 +141,7 @@ class EmbeddedStack:
         env = dict(os.environ)
         for name, value in self.settings.model_dump(mode="json").items():
             if value is not None:
-                env[f"STREAMSTATE_{name.upper()}"] = str(value)
+                env[f"STREAMSTATE_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -187,7 +189,7 @@ class EmbeddedStack:
         bootstrap = f"127.0.0.1:{port}"
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap})
         try:
-            wait_for_broker(bootstrap)
+            wait_for_broker(self.settings)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
         created = ensure_topics(self.settings)
@@ -226,7 +228,7 @@ class EmbeddedStack:
         try:
             # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
             _wait_for_port(self.kafka.port, timeout_s=120, alive=proc.alive)
-            wait_for_broker(bootstrap, timeout_s=120)
+            wait_for_broker(self.settings, timeout_s=120)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
         created = ensure_topics(self.settings)

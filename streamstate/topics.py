@@ -1,4 +1,7 @@
-"""Topic definitions (infra/kafka/topics.toml) and their creation on a broker."""
+"""Topic definitions (infra/kafka/topics.toml) and their creation on a broker.
+
+The broker is given as ``Settings`` (its bootstrap servers and client options) or, in tests
+and benchmarks, a bootstrap string; :mod:`streamstate.kafka_clients` builds the client."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from streamstate.kafka_clients import admin
 from streamstate.settings import Settings
 
 
@@ -32,35 +36,16 @@ def load_topics(path: Path, partitions: int | None = None) -> list[TopicSpec]:
     ]
 
 
-def admin(bootstrap_servers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 5000})
-
-
-def wait_for_broker(bootstrap_servers: str, timeout_s: float = 30.0) -> None:
-    """Block until the broker answers a metadata request."""
-    client = admin(bootstrap_servers)
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            client.list_topics(timeout=2)
-            return
-        except KafkaException as exc:
-            last = exc
-            time.sleep(0.1)
-    raise TimeoutError(f"Kafka broker at {bootstrap_servers} did not answer within {timeout_s:.0f}s: {last}")
-
-
-def existing_topics(bootstrap_servers: str, timeout_s: float = 10.0) -> dict[str, int]:
+def existing_topics(broker: Settings | str, timeout_s: float = 10.0) -> dict[str, int]:
     """Topic name -> partition count, as the broker reports it."""
-    metadata = admin(bootstrap_servers).list_topics(timeout=timeout_s)
+    metadata = admin(broker).list_topics(timeout=timeout_s)
     return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
 
 
-def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
     """Create the topics that do not exist yet; returns the names created."""
-    client = admin(bootstrap_servers)
-    present = existing_topics(bootstrap_servers)
+    client = admin(broker)
+    present = existing_topics(broker)
     missing = [s for s in specs if s.name not in present]
     if not missing:
         return []
@@ -77,7 +62,7 @@ def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: flo
     # Metadata can lag the create: wait until every partition is visible.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        present = existing_topics(bootstrap_servers)
+        present = existing_topics(broker)
         if all(present.get(s.name) == s.partitions for s in missing):
             break
         time.sleep(0.1)
@@ -85,4 +70,4 @@ def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: flo
 
 
 def ensure_topics(settings: Settings) -> list[str]:
-    return create_topics(settings.bootstrap_servers, load_topics(settings.topics_file, settings.partitions))
+    return create_topics(settings, load_topics(settings.topics_file, settings.partitions))

@@ -8,8 +8,8 @@ the topics: a topic recreated since (its topic id changed) or offsets past a par
 end (a broker that lost its data) make the stored view stale, and it is rebuilt.
 
 The embedded broker under-reports the high watermark (it returns the base offset of the
-last record batch), so the reported end is only a lower bound: a short probe reads from
-there to find the true end. Partitions are ``assign()``-ed, never ``subscribe()``-d: no
+last record batch), so the reported end is only a lower bound: the true ends at start come
+from :class:`streamstate.kafka_clients.TrueEnds`, the probe the jobs' source uses. Partitions are ``assign()``-ed, never ``subscribe()``-d: no
 group rebalance, so start-up is immediate.
 
 The thread never dies on a broker problem: it reports the reason through
@@ -21,17 +21,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from streamstate.api.broadcast import AlertBroadcaster
 from streamstate.api.metrics import ApiMetrics
 from streamstate.api.decoding import Decoder, Row
 from streamstate.api.records import Source, build
 from streamstate.api.view import Consumed, StateView
+from streamstate.kafka_clients import PROBE_FETCH_WAIT_MS, TrueEnds, admin, reader_config, reason, watermarks
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.api.follower")
@@ -40,7 +39,6 @@ _BATCH = 5000
 _POLL_S = 0.2
 _LAG_REFRESH_S = 5.0
 _PROGRESS_LOG_S = 5.0
-_PROBE_FETCH_WAIT_MS = 50
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 
 
@@ -155,7 +153,7 @@ class ViewFollower(threading.Thread):
             self._stopping.wait(self._settings.api_retry_s)
 
     def _follow(self) -> None:
-        consumer = Consumer(self._config(fetch_wait_ms=100, eof=True))
+        consumer = Consumer(self._config())
         try:
             partitions = self._discover(consumer)
             if self._targets is None:
@@ -199,21 +197,20 @@ class ViewFollower(threading.Thread):
             consumer.close()
 
     # ------------------------------------------------------------------ start-up
-    def _config(self, fetch_wait_ms: int, eof: bool) -> dict:
-        return {
-            "bootstrap.servers": self._settings.bootstrap_servers,
-            "group.id": f"streamstate-api-{uuid.uuid4().hex[:8]}",  # required by librdkafka; no group is joined
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": eof,
-            "fetch.wait.max.ms": fetch_wait_ms,
-            # Catching up reads whole topics: large fetches, fewer round trips (measured 166k -> 244k records/s).
-            "max.partition.fetch.bytes": 16 << 20,
-            "fetch.max.bytes": 64 << 20,
-            "socket.timeout.ms": 10_000,
-            "error_cb": self._on_kafka_error,
-        }
+    def _config(self) -> dict:
+        return reader_config(
+            self._settings,
+            "api",
+            error_cb=self._on_kafka_error,
+            **{
+                # Short enough for the end probe at start (an empty fetch waits this long).
+                "fetch.wait.max.ms": PROBE_FETCH_WAIT_MS,
+                # Catching up reads whole topics: large fetches, fewer round trips (measured 166k -> 244k records/s).
+                "max.partition.fetch.bytes": 16 << 20,
+                "fetch.max.bytes": 64 << 20,
+                "socket.timeout.ms": 10_000,
+            },
+        )
 
     def _discover(self, consumer: Consumer) -> list[TopicPartition]:
         metadata = consumer.list_topics(timeout=5)
@@ -228,9 +225,8 @@ class ViewFollower(threading.Thread):
 
     def _topic_ids(self) -> dict[str, str]:
         """Kafka topic ids (brokers since Kafka 2.8 have them); empty where the broker has none."""
-        admin = AdminClient({"bootstrap.servers": self._settings.bootstrap_servers, "socket.timeout.ms": 10_000})
         ids = {}
-        for topic, future in admin.describe_topics(TopicCollection(list(self._topics.values()))).items():
+        for topic, future in admin(self._settings).describe_topics(TopicCollection(list(self._topics.values()))).items():
             try:
                 topic_id = future.result(timeout=10).topic_id
             except Exception:  # noqa: BLE001 - ids only sharpen the staleness check; offsets remain
@@ -270,20 +266,8 @@ class ViewFollower(threading.Thread):
     def _true_ends(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:
             self._problem = "probing the topics' end offsets"
-        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=5)[1] for tp in partitions}
-        # The reported end is the last batch's base offset: read past it to find the records in that batch.
-        probe = Consumer(self._config(fetch_wait_ms=_PROBE_FETCH_WAIT_MS, eof=False))
-        try:
-            probe.assign([TopicPartition(topic, p, max(end, 0)) for (topic, p), end in ends.items()])
-            deadline = time.monotonic() + self._settings.api_end_probe_s
-            while time.monotonic() < deadline and not self._stopping.is_set():
-                for message in probe.consume(_BATCH, timeout=0.05):
-                    if message.error() is None:
-                        key = (message.topic(), message.partition())
-                        ends[key] = max(ends[key], message.offset() + 1)
-        finally:
-            probe.close()
-        return {key: max(end, 0) for key, end in ends.items()}
+        reported = {tp: high for tp, (_, high) in watermarks(consumer, [(p.topic, p.partition) for p in partitions], 5).items()}
+        return TrueEnds(consumer, self._settings.api_end_probe_s).of(reported)
 
     def _resume_point(self, tp: TopicPartition) -> TopicPartition:
         position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
@@ -379,7 +363,7 @@ class ViewFollower(threading.Thread):
     # ------------------------------------------------------------------ broker state
     def _on_kafka_error(self, error: KafkaError) -> None:
         if error.code() in _BROKER_DOWN_CODES:
-            self._set_broker(False, f"Kafka at {self._settings.bootstrap_servers} unreachable: {error.str()}")
+            self._set_broker(False, f"Kafka at {self._settings.bootstrap_servers} unreachable: {reason(error)}")
 
     def _set_broker(self, up: bool, problem: str) -> None:
         with self._state_lock:
@@ -392,6 +376,6 @@ class ViewFollower(threading.Thread):
         self._metrics.ready.set(1 if (self._caught_up and self._broker_up) else 0)
 
     def _describe(self, exc: Exception) -> str:
-        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-            return f"Kafka at {self._settings.bootstrap_servers} unreachable: {exc.args[0].str()}"
+        if isinstance(exc, KafkaException):
+            return f"Kafka at {self._settings.bootstrap_servers} unreachable: {reason(exc)}"
         return str(exc)

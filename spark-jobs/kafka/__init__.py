@@ -4,7 +4,7 @@ Python data source ``streamstate_kafka`` built on confluent-kafka.
 
     df = read_kafka(spark, settings, subscribe="user-events", startingOffsets="earliest")
     n = write_kafka(batch_df, settings, topic="alerts")          # inside foreachBatch
-    df.writeStream.format(kafka_sink_format(spark, settings)).options(**kafka_sink_options(settings, "alerts"))
+    df.writeStream.format(kafka_sink_format(spark, settings)).options(**kafka_sink_options(spark, settings, "alerts"))
 """
 
 from streamstate.jobs.kafka.broker import KafkaSourceError

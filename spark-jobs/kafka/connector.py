@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from streamstate.jobs.kafka.datasource import SHORT_NAME, KafkaDataSource
 from streamstate.jobs.kafka.options import client_settings
 from streamstate.jobs.kafka.producer import produce_batches
+from streamstate.kafka_clients import spark_kafka_options
 from streamstate.settings import Settings
 
 BUILTIN_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -84,12 +85,14 @@ def read_kafka(
     ``subscribe`` is one topic or several, comma-separated. ``startingOffsets`` is
     earliest, latest or Spark's JSON (``{"t":{"0":23,"1":-2}}``). ``maxOffsetsPerTrigger``
     defaults to ``settings.max_offsets_per_trigger``. ``extra_options`` pass through, e.g.
-    ``**{"kafka.fetch.max.bytes": "1048576"}``; ``kafka.bootstrap.servers`` defaults to
-    ``settings.bootstrap_servers``. On the Python source, ``Trigger.AvailableNow`` runs a
+    ``**{"kafka.fetch.max.bytes": "1048576"}``; ``kafka.bootstrap.servers`` and the client
+    options default to ``settings.bootstrap_servers`` and ``settings.kafka_client_options``
+    (translated for the built-in format's Java client). On the Python source, ``Trigger.AvailableNow`` runs a
     single batch (one ``maxOffsetsPerTrigger``-sized batch if that is set).
     """
+    spark_format = _spark_format(spark, settings)
     options: dict[str, str] = {
-        "kafka.bootstrap.servers": settings.bootstrap_servers,
+        **spark_kafka_options(settings, builtin=spark_format == "kafka"),
         "subscribe": subscribe,
         "startingOffsets": startingOffsets,
         "failOnDataLoss": str(failOnDataLoss).lower(),
@@ -98,12 +101,14 @@ def read_kafka(
     if limit is not None:
         options["maxOffsetsPerTrigger"] = str(limit)
     options.update({k: str(v) for k, v in extra_options.items()})
-    return spark.readStream.format(_spark_format(spark, settings)).options(**options).load()
+    return spark.readStream.format(spark_format).options(**options).load()
 
 
-def kafka_sink_options(settings: Settings, topic: str, **extra_options: str) -> dict[str, str]:
-    """Options for ``df.writeStream.format(kafka_sink_format(...)).options(**...)`` or a batch write."""
-    return {"kafka.bootstrap.servers": settings.bootstrap_servers, "topic": topic, **extra_options}
+def kafka_sink_options(spark: SparkSession, settings: Settings, topic: str, **extra_options: str) -> dict[str, str]:
+    """Options for ``df.writeStream.format(kafka_sink_format(...)).options(**...)`` or a batch write:
+    the connection of ``settings`` in the names of the format ``kafka_format`` chooses."""
+    builtin = kafka_format(spark, settings) == "builtin"
+    return {**spark_kafka_options(settings, builtin=builtin), "topic": topic, **extra_options}
 
 
 def kafka_sink_format(spark: SparkSession, settings: Settings) -> str:
@@ -134,11 +139,11 @@ def write_kafka(batch_df: DataFrame, settings: Settings, topic: str, **extra_opt
         frame = frame.persist()
         try:
             records = frame.count()
-            frame.write.format("kafka").options(**kafka_sink_options(settings, topic, **extra_options)).save()
+            frame.write.format("kafka").options(**kafka_sink_options(spark, settings, topic, **extra_options)).save()
         finally:
             frame.unpersist()
         return records
-    client_conf = client_settings(kafka_sink_options(settings, topic, **extra_options))
+    client_conf = client_settings(kafka_sink_options(spark, settings, topic, **extra_options))
 
     def produce(batches):
         import pyarrow as pa

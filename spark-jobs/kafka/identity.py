@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
+
+from streamstate.kafka_clients import admin
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid, base64
 TIMEOUT_S = 10.0
@@ -23,12 +24,12 @@ class SourceResetError(RuntimeError):
     """An input topic is not the one the checkpoint was written from, or lost records under it."""
 
 
-def topic_ids(client_conf: dict[str, str], topics: Iterable[str]) -> dict[str, str]:
-    """Topic id (base64) of each topic that has one; topics without an id are left out."""
-    admin = AdminClient({**client_conf, "log_level": 0})
+def topic_ids(broker: object, topics: Iterable[str]) -> dict[str, str]:
+    """Topic id (base64) of each topic that has one; topics without an id are left out.
+    ``broker``: ``Settings`` or a client configuration (see :func:`streamstate.kafka_clients.connection`)."""
     names = sorted(set(topics))
     ids: dict[str, str] = {}
-    for name, future in admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
+    for name, future in admin(broker).describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
         try:
             topic_id = str(future.result(TIMEOUT_S).topic_id)
         except KafkaException:

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from streamstate.jobs.kafka.offsets import EARLIEST, Offsets, describe, offsets_from_json
+from streamstate.kafka_clients import MANAGED_KEYS, SPARK_PREFIX, from_spark_options
 
-CLIENT_PREFIX = "kafka."
+CLIENT_PREFIX = SPARK_PREFIX
 SOURCE_OPTIONS = (
     "subscribe",
     "startingOffsets",
@@ -22,7 +23,7 @@ SOURCE_OPTIONS = (
     "endProbeTimeoutMs",
 )
 # Client settings that the reader manages itself: a user value would break offset control.
-RESERVED_CLIENT_SETTINGS = ("group.id", "enable.auto.commit", "enable.partition.eof", "auto.offset.reset")
+RESERVED_CLIENT_SETTINGS = tuple(key for key in MANAGED_KEYS if key != "bootstrap.servers")
 
 
 class KafkaOptionError(ValueError):
@@ -38,7 +39,7 @@ class SourceOptions:
     starting: str | Offsets
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
-    client_conf: dict[str, str] = field(default_factory=dict)
+    client_conf: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
     poll_timeout_ms: int = 120_000
     end_probe_timeout_ms: int = 5_000
 
@@ -72,7 +73,7 @@ class SourceOptions:
 
 def client_settings(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.*`` options without their prefix: librdkafka client settings."""
-    return {str(k)[len(CLIENT_PREFIX):].lower(): str(v) for k, v in options.items() if str(k).lower().startswith(CLIENT_PREFIX)}
+    return from_spark_options(options)
 
 
 def parse_topics(subscribe: str) -> tuple[str, ...]:

@@ -13,16 +13,13 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streamstate.kafka_clients import producer_config
+
 FLUSH_TIMEOUT_S = 120.0
 
 
 class KafkaDeliveryError(RuntimeError):
     """A record was not acknowledged by the broker; the whole write must be retried."""
-
-
-def producer_conf(client_conf: Mapping[str, str]) -> dict[str, object]:
-    """Durable defaults (acks from all replicas, bounded retries), overridable by kafka.* options."""
-    return {"acks": "all", "linger.ms": 5, "delivery.timeout.ms": 60_000, **client_conf}
 
 
 def _as_bytes(value: object) -> bytes | None:
@@ -42,7 +39,8 @@ def _headers(value: object) -> list[tuple[str, bytes | None]] | None:
 
 def produce_batches(batches: Iterable[pa.RecordBatch], client_conf: Mapping[str, str], topic: str | None) -> int:
     """Produce every row; returns the number acknowledged. ``topic`` overrides a topic column."""
-    producer = Producer(producer_conf(client_conf))
+    # Bounded retries: a record not acknowledged within a minute fails the batch, which Spark retries.
+    producer = Producer(producer_config(client_conf, **{"delivery.timeout.ms": 60_000}))
     failures: list[str] = []
     written = 0
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from streamstate.jobs.kafka.broker import KafkaSourceError, PartitionView, reader_conf
+from streamstate.jobs.kafka.broker import KafkaSourceError, PartitionView
 from streamstate.jobs.kafka.offsets import (
     EARLIEST,
     LATEST,
@@ -40,6 +40,7 @@ from streamstate.jobs.kafka.offsets import (
 )
 from streamstate.jobs.kafka.options import SourceOptions
 from streamstate.jobs.kafka.records import to_record_batch
+from streamstate.kafka_clients import reader_config
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class KafkaRange(InputPartition):
     partition: int
     start: int
     end: int
-    client_conf: dict[str, str]
+    client_conf: dict[str, str] = field(repr=False)  # may hold secrets: kept out of logged reprs
     poll_timeout_ms: int
     fail_on_data_loss: bool
 
@@ -178,7 +179,7 @@ def read_range(r: KafkaRange, rows_per_batch: int = ROWS_PER_ARROW_BATCH) -> Ite
     Gaps inside the range are normal (compaction, transaction markers). The partition
     ending below ``r.end`` means records were deleted: an error under failOnDataLoss.
     """
-    consumer = Consumer(reader_conf(r.client_conf))
+    consumer = Consumer(reader_config(r.client_conf, "source"))
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         pending: list[Message] = []

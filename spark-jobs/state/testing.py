@@ -15,11 +15,12 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 
 from streamstate.jobs.state.api import StateResult
+from streamstate.kafka_clients import producer_config
 
 
 def produce_json(bootstrap: str, topic: str, records: Iterable[dict], key_field: str | None = None) -> int:
     """Write ``records`` as JSON values (key = ``record[key_field]``) and wait for delivery."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(producer_config(bootstrap))
     failures: list[str] = []
 
     def delivered(error, _message) -> None:

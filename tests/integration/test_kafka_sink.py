@@ -59,7 +59,7 @@ def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tm
         read_kafka(spark, settings, subscribe=source)
         .select("key", F.upper(F.col("value").cast("string")).alias("value"))
         .writeStream.format(kafka_sink_format(spark, settings))
-        .options(**kafka_sink_options(settings, target))
+        .options(**kafka_sink_options(spark, settings, target))
         .option("checkpointLocation", str(tmp_path / "ck"))
         .trigger(availableNow=True)
         .start()

@@ -16,7 +16,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from streamstate.contracts import ContractError, Metric, UserEvent, parse_input
 from streamstate.producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
-from streamstate.producers.kafka_writer import client_config, produce_records
+from streamstate.kafka_clients import reader_config
+from streamstate.producers.kafka_writer import produce_records
 from streamstate.producers.scenario import read_scenario
 from streamstate.stack import free_port
 from streamstate.topics import existing_topics
@@ -33,7 +34,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.
     goes on until the expected count, then a little longer (well past fetch.wait.max.ms)
     so that surplus records would show up too.
     """
-    consumer = Consumer(client_config(bootstrap, **{"group.id": "producer-tests", "enable.auto.commit": False, "fetch.wait.max.ms": 100}))
+    consumer = Consumer({**reader_config(bootstrap, "producer-tests", **{"fetch.wait.max.ms": 100}), "enable.partition.eof": False})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from streamstate.jobs.outage import broker_problem, failure_message
+from streamstate.jobs.outage import failure_message
+from streamstate.kafka_clients import broker_problem
 from streamstate.stack import free_port
 
 

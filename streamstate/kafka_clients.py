@@ -1,0 +1,370 @@
+"""The one place Kafka clients are configured, reached and asked where partitions end.
+
+Every librdkafka client of the project (the demo producers, the jobs' Python source and sink
+on the driver and the executors, the snapshot API, the CLI and the stack launcher) gets its
+settings from the role functions here, built in layers, later ones winning:
+
+1. the role's defaults (:func:`producer_config`, :func:`reader_config`, :func:`admin_config`),
+2. what the call site tunes for its purpose (keyword arguments, dots as in librdkafka),
+3. the connection: ``bootstrap.servers`` and the user's ``Settings.kafka_client_options``
+   (SASL, SSL, ``client.id``, timeouts: any librdkafka setting),
+4. the settings a reader manages itself (a throw-away group id, no commits), which no option
+   may change (:data:`MANAGED_KEYS` are refused when the settings are read).
+
+Spark's built-in ``kafka`` format runs the Java client, which takes the same connection as
+``kafka.*`` options: :func:`spark_kafka_options` translates the librdkafka names that differ
+(``sasl.username``/``sasl.password`` become a ``sasl.jaas.config``, ``ssl.ca.location`` a PEM
+trust store) and passes options prefixed ``java.`` to the Java client only. Secrets never
+reach a log line or ``streamstate config`` unmasked (:func:`masked`).
+
+Also here, once each: the reachability check (:func:`broker_problem`, :func:`wait_for_broker`),
+the probe of true end offsets for brokers that under-report their high watermark
+(:class:`TrueEnds`), and the turning of a Kafka error into a one-line reason (:func:`reason`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger("streamstate.kafka")
+
+TopicPartitionKey = tuple[str, int]
+ClientConfig = dict[str, Any]
+
+SPARK_PREFIX = "kafka."
+# An option under this prefix goes to Spark's Java client only (e.g. java.sasl.jaas.config).
+JAVA_PREFIX = "java."
+# Set from their own settings or by the role itself: an option could only break them.
+MANAGED_KEYS = (
+    "bootstrap.servers",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "auto.offset.reset",
+)
+# An option whose key contains one of these is a secret: its value is never shown.
+SECRET_MARKERS = ("password", "secret", "jaas", "key", "token")
+MASK = "***"
+
+# librdkafka names the Java client does not know (translated where a translation exists).
+LIBRDKAFKA_ONLY = (
+    "sasl.username",
+    "sasl.password",
+    "sasl.mechanisms",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+    "enable.ssl.certificate.verification",
+    "socket.timeout.ms",
+    "log_level",
+    "debug",
+)
+JAAS_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+# End probe: a fetch waits at most this long for records before the broker answers empty,
+# well below the probe's timeout; consume() returns after PROBE_POLL_S or 10,000 messages.
+PROBE_FETCH_WAIT_MS = 100
+PROBE_POLL_S = 0.02
+METADATA_TIMEOUT_S = 10.0
+
+
+# --------------------------------------------------------------------------- options
+def parse_options(value: object) -> dict[str, str]:
+    """``Settings.kafka_client_options`` from a mapping or its JSON text (the environment variable)."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value or "{}")
+        except ValueError as exc:
+            raise ValueError(f'Kafka client options must be a JSON object like {{"client.id": "x"}}: {exc}') from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f'Kafka client options must be a JSON object like {{"client.id": "x"}}, got {type(value).__name__}')
+    return validate_options(value)
+
+
+def validate_options(options: Mapping[str, object]) -> dict[str, str]:
+    """``Settings.kafka_client_options`` checked: string keys and values, no managed key."""
+    checked: dict[str, str] = {}
+    for key, value in options.items():
+        name = str(key).strip()
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"Kafka client option {key!r}: a key is a librdkafka setting name such as security.protocol")
+        if name.lower() in MANAGED_KEYS:
+            hint = " (use bootstrap_servers)" if name.lower() == "bootstrap.servers" else ""
+            raise ValueError(f"Kafka client option {name} is managed by streamstate and cannot be set{hint}")
+        if value is None or isinstance(value, (dict, list)):
+            raise ValueError(f"Kafka client option {name}: the value must be a string, number or boolean")
+        checked[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return checked
+
+
+def is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+def masked(options: Mapping[str, object]) -> dict[str, object]:
+    """``options`` with every secret's value replaced by ``***``: for logs and printed settings."""
+    return {key: MASK if is_secret(str(key)) else value for key, value in options.items()}
+
+
+def masked_json(options: Mapping[str, object]) -> str:
+    return json.dumps(masked(options), sort_keys=True)
+
+
+def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The options meant for librdkafka clients: all but the ``java.`` ones."""
+    return {k: v for k, v in options.items() if not k.startswith(JAVA_PREFIX)}
+
+
+def connection(target: Any, bootstrap_servers: str | None = None) -> ClientConfig:
+    """``bootstrap.servers`` plus the user's options, from ``Settings`` (or a str of bootstrap
+    servers, or a client config that already holds them, e.g. a Spark source's kafka.* options).
+
+    ``bootstrap_servers`` replaces the target's own (a command-line flag)."""
+    if isinstance(target, str):
+        base: ClientConfig = {"bootstrap.servers": target}
+    elif isinstance(target, Mapping):
+        base = dict(target)
+    else:  # Settings: imported lazily, settings.py validates its options with this module
+        base = {"bootstrap.servers": target.bootstrap_servers, **librdkafka_options(target.kafka_client_options)}
+    if bootstrap_servers:
+        base["bootstrap.servers"] = bootstrap_servers
+    if not base.get("bootstrap.servers"):
+        raise ValueError("Kafka bootstrap servers are not set")
+    return base
+
+
+def bootstrap_of(target: Any) -> str:
+    """The bootstrap servers of ``target``, for messages."""
+    return str(connection(target)["bootstrap.servers"])
+
+
+# --------------------------------------------------------------------------- roles
+def producer_config(target: Any, **tuning: Any) -> ClientConfig:
+    """A producer whose records count as written once all in-sync replicas have them."""
+    defaults = {"acks": "all", "linger.ms": 5}
+    return {**defaults, **_dotted(tuning), **connection(target)}
+
+
+def reader_config(target: Any, purpose: str = "reader", **tuning: Any) -> ClientConfig:
+    """A consumer that only ``assign()``s and seeks: offsets are the caller's, never a group's.
+
+    librdkafka requires a group id; a random one per client joins nothing and commits nothing.
+    End-of-partition events are on (the end probe and catching up rely on them)."""
+    managed = {
+        "group.id": f"streamstate-{purpose}-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }
+    return {**_dotted(tuning), **connection(target), **managed}
+
+
+def admin_config(target: Any, **tuning: Any) -> ClientConfig:
+    """An admin client (metadata, topics) that stays quiet: failures come back as exceptions,
+    not as librdkafka log lines on stderr."""
+    defaults = {"socket.timeout.ms": 10_000, "log_level": 0}
+    return {**defaults, **_dotted(tuning), **connection(target)}
+
+
+def admin(target: Any, **tuning: Any) -> AdminClient:
+    return AdminClient(admin_config(target, **tuning))
+
+
+def _dotted(tuning: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments as librdkafka names: ``linger__ms`` -> ``linger.ms``."""
+    return {key.replace("__", "."): value for key, value in tuning.items()}
+
+
+# --------------------------------------------------------------------------- Spark
+def spark_kafka_options(settings: Any, builtin: bool) -> dict[str, str]:
+    """``settings``' connection as Spark ``kafka.*`` options: for Spark's built-in format (the
+    Java client, ``builtin=True``) translated by :func:`java_client_options`, for the project's
+    Python format the librdkafka settings as they are."""
+    options = dict(settings.kafka_client_options)
+    client = java_client_options(options) if builtin else librdkafka_options(options)
+    return {f"{SPARK_PREFIX}bootstrap.servers": settings.bootstrap_servers, **{SPARK_PREFIX + k: v for k, v in client.items()}}
+
+
+def java_client_options(options: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka options as the Java client's properties.
+
+    Shared names (``security.protocol``, ``sasl.mechanism``, ``client.id``, ...) pass as they
+    are; ``sasl.username`` + ``sasl.password`` become a ``sasl.jaas.config`` for PLAIN and SCRAM;
+    ``ssl.ca.location`` (a PEM file) becomes a PEM trust store; ``ssl.endpoint.identification.algorithm=none``
+    becomes the Java client's empty value; other librdkafka-only names (:data:`LIBRDKAFKA_ONLY`)
+    are left out. ``java.<name>`` options are set as ``<name>`` last, over any translation."""
+    plain = librdkafka_options(options)
+    java = {k: v for k, v in plain.items() if k not in LIBRDKAFKA_ONLY}
+    mechanism = (plain.get("sasl.mechanism") or plain.get("sasl.mechanisms") or "").upper()
+    if mechanism:
+        java["sasl.mechanism"] = mechanism
+    if "sasl.username" in plain and mechanism in JAAS_LOGIN_MODULES:
+        java["sasl.jaas.config"] = (
+            f'{JAAS_LOGIN_MODULES[mechanism]} required username="{_jaas_quoted(plain["sasl.username"])}" '
+            f'password="{_jaas_quoted(plain.get("sasl.password", ""))}";'
+        )
+    if "ssl.ca.location" in plain:
+        java["ssl.truststore.type"] = "PEM"
+        java["ssl.truststore.location"] = plain["ssl.ca.location"]
+    algorithm = plain.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:
+        java["ssl.endpoint.identification.algorithm"] = "" if algorithm.lower() == "none" else algorithm
+    java.update({k[len(JAVA_PREFIX):]: v for k, v in options.items() if k.startswith(JAVA_PREFIX)})
+    return java
+
+
+def _jaas_quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def from_spark_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options of a Spark source or sink without their prefix: a librdkafka
+    connection (Spark hands Python sources their option keys lower-cased)."""
+    return {
+        str(k)[len(SPARK_PREFIX):].lower(): str(v) for k, v in options.items() if str(k).lower().startswith(SPARK_PREFIX)
+    }
+
+
+# --------------------------------------------------------------------------- errors
+def reason(error: BaseException | KafkaError | None) -> str:
+    """A Kafka error (or any exception) as one line: librdkafka's own text for a KafkaError."""
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        error = error.args[0]
+    if isinstance(error, KafkaError):
+        return error.str()
+    text = " ".join(str(error).split()) if error is not None else ""
+    return text or type(error).__name__
+
+
+# --------------------------------------------------------------------------- reachability
+def broker_problem(target: Any, timeout_s: float = 5.0) -> str | None:
+    """None when the broker answers a metadata request within ``timeout_s``, else why not."""
+    try:
+        admin(target, **{"socket.timeout.ms": max(int(timeout_s * 1000), 10)}).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        return reason(exc)
+    return None
+
+
+def wait_for_broker(target: Any, timeout_s: float = 30.0) -> None:
+    """Block until the broker answers a metadata request; TimeoutError with the last reason."""
+    client = admin(target)
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        try:
+            client.list_topics(timeout=max(min(2.0, deadline - time.monotonic()), 0.1))
+            return
+        except KafkaException as exc:
+            last = reason(exc)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"Kafka broker at {bootstrap_of(target)} did not answer within {timeout_s:g}s: {last}")
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- end offsets
+def probe_consumer(target: Any, purpose: str = "probe") -> Consumer:
+    """A reader whose empty fetches return quickly, as :class:`TrueEnds` needs."""
+    return Consumer(reader_config(target, purpose, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS}))
+
+
+def watermarks(
+    consumer: Consumer, tps: Iterable[TopicPartitionKey], timeout_s: float = METADATA_TIMEOUT_S
+) -> dict[TopicPartitionKey, tuple[int, int]]:
+    """(earliest, reported end) per partition, as ListOffsets answers."""
+    return {
+        (topic, partition): consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+        for topic, partition in tps
+    }
+
+
+class TrueEnds:
+    """True end offsets of partitions, from their reported ends.
+
+    The embedded broker (Tansu) answers ListOffsets with the base offset of a partition's last
+    record batch, so the records of that batch lie beyond the reported high watermark, while
+    Fetch reports the true one. For every partition whose reported end moved, :meth:`of`
+    fetches from it: the end-of-partition event carries the true end of an idle partition;
+    for a partition still being written, the first fetch response's high watermark is taken
+    instead of chasing the producer, so an end is never beyond what exists. On a broker that
+    reports correctly the probe only confirms the end (one empty fetch).
+
+    Results are cached per reported end: a record batch never changes once written, so an
+    unchanged reported end means an unchanged true end, and idle partitions cost no probe.
+    ``consumer`` must come from :func:`reader_config` (end-of-partition events on), ideally
+    :func:`probe_consumer`; it is assigned during a probe and unassigned after.
+    """
+
+    def __init__(self, consumer: Consumer, timeout_s: float = 5.0) -> None:
+        self._consumer = consumer
+        self._timeout_s = timeout_s
+        self._cache: dict[TopicPartitionKey, tuple[int, int]] = {}  # tp -> (reported end, true end)
+
+    def of(self, reported: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+        """True end per partition of ``reported`` (reported end per partition)."""
+        ends: dict[TopicPartitionKey, int] = {}
+        to_probe: dict[TopicPartitionKey, int] = {}
+        for tp, end in reported.items():
+            end = max(end, 0)
+            cached = self._cache.get(tp)
+            if cached is not None and cached[0] == end:
+                ends[tp] = cached[1]
+            else:
+                to_probe[tp] = end
+        if to_probe:
+            probed, unconfirmed = self._probe(to_probe)
+            for tp, end in to_probe.items():
+                # A live or timed-out partition is not the final word: probe it again next time.
+                if tp not in unconfirmed:
+                    self._cache[tp] = (end, probed[tp])
+            ends.update(probed)
+        return ends
+
+    def _probe(self, reported: dict[TopicPartitionKey, int]) -> tuple[dict[TopicPartitionKey, int], set[TopicPartitionKey]]:
+        """Fetch from each reported end until each partition's first answer; returns the ends
+        found and the partitions whose end is not confirmed by an end-of-partition event."""
+        consumer = self._consumer
+        found = dict(reported)
+        pending = set(reported)
+        confirmed: set[TopicPartitionKey] = set()
+        consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in reported.items()])
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while pending and time.monotonic() < deadline:
+                for message in consumer.consume(10_000, timeout=PROBE_POLL_S):
+                    tp = (message.topic(), message.partition())
+                    error = message.error()
+                    if error is None:
+                        found[tp] = max(found[tp], message.offset() + 1)
+                        if tp in pending:
+                            _, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                            found[tp] = max(found[tp], high)
+                            pending.discard(tp)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        found[tp] = max(found[tp], message.offset())
+                        pending.discard(tp)
+                        confirmed.add(tp)
+                    elif error.code() != KafkaError._NO_OFFSET:
+                        raise KafkaException(error)
+        finally:
+            consumer.unassign()
+        if pending:
+            log.warning("end probe timed out for %s; using the last offsets seen", sorted(pending))
+        return found, set(reported) - confirmed
