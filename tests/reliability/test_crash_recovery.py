@@ -1,6 +1,6 @@
 """Crash recovery, repeated, on both profiles: both jobs run as separate processes on a
 scripted input and are SIGKILLed at seeded random points (at least 5 kill/restart cycles
-each on the embedded profile, 3 on the production one; killed independently), then run to
+each on the embedded profile, 2 on the production one; killed independently), then run to
 the end on the same checkpoints. The final state snapshots,
 closed sessions and dead letters equal the plain-Python reference exactly, every expected
 alert is on the alerts topic, and the API started afterwards shows each alert id once.
@@ -32,8 +32,8 @@ SEED = 7
 CYCLES = 10 if LARGE else 5
 # The production profile repeats the test for its own parts (the built-in connector's offsets,
 # state and offsets restored from s3a:// in MinIO); the kill statistics are the embedded run's
-# job. Three cycles per job there keep make test's cost in bounds (each cycle is a JVM start).
-CYCLES_PRODUCTION = 10 if LARGE else 3
+# job. Two cycles per job there keep make test's cost in bounds (each cycle is a JVM start).
+CYCLES_PRODUCTION = 10 if LARGE else 2
 EVENTS, METRICS = (2_500, 1_500) if LARGE else (800, 500)
 JOBS = ("sessions", "anomalies")
 
