@@ -171,18 +171,20 @@ class MinioServer:
             "MINIO_UPDATE": "off",
         }
 
-    def live(self) -> bool:
+    def ready(self) -> bool:
+        # Readiness, not liveness: a live MinIO still answers 503 XMinioServerNotInitialized
+        # until its object layer is up (seen on a loaded machine).
         try:
-            with urllib.request.urlopen(f"{self.endpoint}/minio/health/live", timeout=2) as response:
+            with urllib.request.urlopen(f"{self.endpoint}/minio/health/ready", timeout=2) as response:
                 return response.status == 200
         except (urllib.error.URLError, OSError):
             return False
 
-    def wait_live(self, timeout_s: float = 60.0, alive=lambda: True) -> None:
+    def wait_ready(self, timeout_s: float = 60.0, alive=lambda: True) -> None:
         deadline = time.monotonic() + timeout_s
-        while not self.live():
+        while not self.ready():
             if not alive():
                 raise RuntimeError("MinIO exited during start-up")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"MinIO at {self.endpoint} not live within {timeout_s:.0f}s")
+                raise TimeoutError(f"MinIO at {self.endpoint} not ready within {timeout_s:.0f}s")
             time.sleep(0.2)

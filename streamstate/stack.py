@@ -246,16 +246,25 @@ class EmbeddedStack:
         """MinIO with its data in ``workdir/minio`` and ``bucket`` created; points the
         settings at it (endpoint, the connector and S3A jars, s3a:// checkpoints unless set)."""
         from streamstate import deps
-        from streamstate.s3 import S3
+        from streamstate.s3 import S3, S3Error
 
         self.minio = MinioServer(self.workdir / "minio", free_port())
         proc = self.spawn("minio", self.minio.argv(), extra_env=self.minio.env())
         try:
-            self.minio.wait_live(alive=proc.alive)
+            self.minio.wait_ready(alive=proc.alive)
         except (TimeoutError, RuntimeError) as exc:
             raise RuntimeError(f"{exc}\n{proc.tail()}") from None
         self.s3_credentials = self.minio.credentials()
-        S3(self.minio.endpoint, self.s3_credentials.access_key, self.s3_credentials.secret_key).create_bucket(bucket)
+        store = S3(self.minio.endpoint, self.s3_credentials.access_key, self.s3_credentials.secret_key)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                store.create_bucket(bucket)
+                break
+            except S3Error as exc:  # ready can precede a usable object layer by a moment
+                if "HTTP 503" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket, deps.spark_jars())
         self.say(f"MinIO {_versions()['MINIO_RELEASE']} (S3 API) at {self.minio.endpoint}, bucket {bucket}, data in {self.minio.home / 'data'}")
         return self.minio.endpoint
