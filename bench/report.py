@@ -81,6 +81,8 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if "sessions" in figures and "error" not in figures["sessions"]:
         f = figures["sessions"]
         setup = f"{f['dataset']['records']:,} events, {f['dataset']['keys']:,} users"
+        if "source_and_validation" in f:
+            rows.append(_engine("Source + contract validation, no state (`noop` sink)", f["source_and_validation"], setup + ", availableNow"))
         rows += [
             _engine("Sessions job (events/s, first read to last output)", f["sessions_job"], setup + ", availableNow, RocksDB"),
             _engine("Spark native `session_window` (same source)", f["native_session_window"], setup + ", complete mode, RocksDB"),

@@ -1,4 +1,5 @@
-"""Sessions throughput: the sessions job vs Spark's native ``session_window`` vs Quix Streams.
+"""Sessions throughput: the sessions job vs Spark's native ``session_window`` vs Quix Streams,
+next to the same source and validation without state (the pipeline's floor).
 
 All three read the same produced user-events topic on the same broker, from the first
 offset, with fresh state each run (new checkpoint / consumer group, new output topics).
@@ -15,8 +16,11 @@ from typing import Any
 from bench.dataset import Dataset
 from bench.measure import fresh_outputs, query_figures, repeat, run_quix
 from bench.peers import native_sessions
+from streamstate.contracts import UserEvent
 from streamstate.jobs import sessions_job
+from streamstate.jobs.inputs import read_input
 from streamstate.jobs.runner import start_query
+from streamstate.jobs.validation import validate
 from streamstate.settings import Settings
 
 
@@ -24,6 +28,17 @@ def sessions_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: P
     """One fresh ``availableNow`` run of the sessions job over the whole topic."""
     run_settings = fresh_outputs(settings.model_copy(update={"topic_user_events": dataset.topic}), "sessions")
     return query_figures(start_query(spark, run_settings, "sessions", sessions_job.build, str(checkpoint), available_now=True), dataset.records)
+
+
+def stateless_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
+    """The pipeline without state: the job's source and contract validation into Spark's
+    ``noop`` sink, one ``availableNow`` batch (what every record costs before the state engine)."""
+    validated = validate(read_input(spark, settings, dataset.topic), UserEvent, settings.max_clock_skew_ms)
+    query = (
+        validated.writeStream.queryName("source-and-validation").format("noop")
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
+    return query_figures(query, dataset.records)
 
 
 def native_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
@@ -39,12 +54,14 @@ def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:
 
 def measure(spark, settings: Settings, dataset: Dataset, workdir: Path, runs: int) -> dict[str, Any]:
     """Median events/s of the three engines over ``runs`` runs each, and the ratios."""
+    stateless = repeat(runs, "source + validation, no state", lambda i: stateless_once(spark, settings, dataset, workdir / f"stateless-{i}"))
     job = repeat(runs, "sessions job", lambda i: sessions_job_once(spark, settings, dataset, workdir / f"sessions-{i}"))
     native = repeat(runs, "native session_window", lambda i: native_once(spark, settings, dataset, workdir / f"native-{i}"))
     quix = repeat(runs, "Quix Streams sessions", lambda _i: quix_once(settings, dataset))
     rate = job["median_rows_per_s"]
     return {
         "dataset": vars(dataset),
+        "source_and_validation": stateless,
         "sessions_job": job,
         "native_session_window": native,
         "quixstreams": quix,
