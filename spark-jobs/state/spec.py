@@ -121,6 +121,24 @@ class StateSpec:
             raise TypeError(f"StateSpec.batch_function needs a callable, got {type(func).__name__}")
         return cls(func=func, per_record=False)
 
+    @classmethod
+    def updater(cls, func: Callable[[list, Any], Any]) -> StateSpec:
+        """DStream ``updateStateByKey`` as a spec: ``func(new_values, old_state | None) -> new_state | None``
+        once per touched key; ``None`` removes the key, and the new state is the key's output."""
+        if not callable(func):
+            raise TypeError(f"StateSpec.updater needs a callable, got {type(func).__name__}")
+
+        def update(key: Any, values: list, state) -> list:
+            new_state = func(values, state.get_option())
+            if new_state is None:
+                if state.exists():
+                    state.remove()
+                return []
+            state.update(new_state)
+            return [new_state]
+
+        return cls.batch_function(update)
+
     def initial_state(self, initial: Any) -> StateSpec:
         """Start from a DataFrame with columns ``(key, state)`` or a list of ``(key, state)`` pairs.
 
