@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal
 
+from streamstate.settings import defaults
+
 _UNIT_MS = {
     "ms": 1,
     "millisecond": 1,
@@ -67,10 +69,10 @@ def duration_ms(duration: Duration) -> int:
 DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
 
 # Keys are grouped into this many buckets; Spark's per-group cost is paid per bucket and batch.
-DEFAULT_BUCKETS = 64
+DEFAULT_BUCKETS = defaults().state_buckets
 # Keys kept in the buckets' hot sets (all buckets together): a key touched again while hot costs
 # no state call; the least recently touched keys beyond it move to the per-key cold map.
-DEFAULT_HOT_KEYS = 200_000
+DEFAULT_HOT_KEYS = defaults().state_hot_keys
 
 # (key, value | None, state) -> output | None | list of outputs
 RecordFunction = Callable[[Any, Any, Any], Any]
