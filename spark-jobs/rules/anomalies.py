@@ -1,6 +1,6 @@
 """Per-series rolling window and z-score test: pure Python, no Spark.
 
-The rule (ARCHITECTURE.md, seed 000's mapWithState example): per series a window of the
+The rule (docs/architecture.md, "Anomalies"; seed 000's mapWithState example): per series a window of the
 last N values including the new one; mean and population standard deviation over that
 window; once it holds more than ``min_count`` values, the value is an anomaly when
 |value - mean| / std > threshold (with std = 0: when value != mean).

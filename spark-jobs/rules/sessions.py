@@ -1,6 +1,6 @@
 """Per-user sessions, behaviour and alerts: pure Python, no Spark.
 
-The session rule (ARCHITECTURE.md): a session is a user's run of de-duplicated events in
+The session rule (docs/architecture.md, "Sessions"): a session is a user's run of de-duplicated events in
 event-time order with gaps shorter than the inactivity gap; a ``logout`` ends it
 (inclusive); the next event after a logout or a gap starts a new session.
 
