@@ -15,20 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state.outputs import as_outputs, output_row
-from streamstate.jobs.state.state import (
-    DEAD_LETTER_VALUE_LIMIT,
-    NO_STATE,
-    StateCodec,
-    StateDriver,
-    StateTypeError,
-    checked_size,
-    cut,
-    describe_key,
-    lenient_json,
-    one_line,
-    to_json,
-)
+from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
+from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
 KEY, VALUE, TIME, TOPIC, PARTITION, OFFSET = range(6)
 INPUT_COLUMNS = ("__ss_key", "__ss_value", "__ss_time", "__ss_topic", "__ss_partition", "__ss_offset")
@@ -158,16 +146,15 @@ class KeyRun:
     def _snapshot_payload(self) -> str | None:
         """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
         if self.plan.snapshot is None:
-            payload = None if self.committed is None else self.plan.codec.to_json(self.driver.value)
+            view = None if self.committed is None else self.plan.codec.to_json(self.driver.value)
         else:
             view = self.plan.snapshot(self.key, None if self.committed is None else self.driver.value)
-            payload = view if view is None or isinstance(view, str) else to_json(view)
-        return None if payload is None else checked_size(payload, self.plan.output_limit_bytes, "snapshot")
+        return snapshot_payload(view, self.plan.output_limit_bytes)
 
     def dead_letter(self, row: tuple | None, reason: str) -> tuple:
         if row is None:
             return (DEAD_LETTER, self.key_text, None, reason, None, None, None)
-        value = cut(lenient_json(plain(row[VALUE])), DEAD_LETTER_VALUE_LIMIT)
+        value = dead_letter_value(plain(row[VALUE]))
         return (DEAD_LETTER, self.key_text, value, reason, row[TOPIC], row[PARTITION], row[OFFSET])
 
     def is_late(self, row: tuple) -> bool:

@@ -1,4 +1,4 @@
-"""What a user function returns, and how each output becomes one result row, encoded once.
+"""What a user function returns, and how each output, snapshot and dead letter is encoded, once.
 
 The Spark processor (:mod:`streamstate.jobs.state.keyrun`) and the in-memory tester
 (:mod:`streamstate.jobs.state.tester`) both turn a function's result into rows here, so an
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state.state import checked_size, to_json
+from streamstate.jobs.state.state import DEAD_LETTER_VALUE_LIMIT, checked_size, cut, lenient_json, to_json
 
 
 class Emit(NamedTuple):
@@ -56,3 +56,15 @@ def output_row(output: Any, key_text: str, limit_bytes: int) -> tuple[str, str, 
         dump = getattr(payload, "model_dump_json", None)
         payload = dump() if dump is not None else to_json(payload)
     return str(kind), key, checked_size(payload, limit_bytes, "output")
+
+
+def snapshot_payload(view: Any, limit_bytes: int) -> str | None:
+    """A snapshot function's result as a row's payload: text as it is, ``None`` a tombstone,
+    anything else as JSON; over ``limit_bytes`` it is refused like an output."""
+    payload = view if view is None or isinstance(view, str) else to_json(view)
+    return None if payload is None else checked_size(payload, limit_bytes, "snapshot")
+
+
+def dead_letter_value(value: Any) -> str:
+    """A failing record's value as its dead letter carries it: JSON for diagnostics, cut to size."""
+    return cut(lenient_json(value), DEAD_LETTER_VALUE_LIMIT)

@@ -4,7 +4,7 @@ micro-batch by micro-batch, with the semantics of ``map_with_state`` / ``update_
 It is the public way to unit-test your own function (as PySpark's ``TwsTester`` is for a
 ``StatefulProcessor``), and the oracle the project's Spark runs are compared with. It is written
 separately from the Spark processor on purpose: only the :class:`State` (through its engine
-interface, :class:`StateDriver`) and the way an output becomes a row
+interface, :class:`StateDriver`) and the way outputs, snapshots and dead letters are encoded
 (:mod:`streamstate.jobs.state.outputs`) are shared, so a test that agrees with both checks the
 processor against an independent reading of the semantics. Example::
 
@@ -55,21 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
 from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state.outputs import as_outputs, output_row
+from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.jobs.state.spec import StateSpec
-from streamstate.jobs.state.state import (
-    DEAD_LETTER_VALUE_LIMIT,
-    NO_STATE,
-    StateCodec,
-    StateDriver,
-    StateTypeError,
-    checked_size,
-    cut,
-    describe_key,
-    lenient_json,
-    one_line,
-    to_json,
-)
+from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
 _NOT_SAVED = object()
 
@@ -172,7 +160,7 @@ class StateTester:
         )
 
     def _dead_letter(self, key: Any, record: Record | None, reason: str) -> Row:
-        value = None if record is None else cut(lenient_json(record.value), DEAD_LETTER_VALUE_LIMIT)
+        value = None if record is None else dead_letter_value(record.value)
         return Row(Kind.DEAD_LETTER.value, describe_key(key), value, reason)
 
     def _process_key(self, key: Any, records: list[Record], processing_time_ms: int) -> None:
@@ -234,12 +222,10 @@ class StateTester:
             return None
         try:
             if self.spec.snapshot_fn is None:
-                payload = None if after is None else self.codec.to_json(self.codec.decode(key, after))
+                view = None if after is None else self.codec.to_json(self.codec.decode(key, after))
             else:
                 view = self.spec.snapshot_fn(key, None if after is None else self.codec.decode(key, after))
-                payload = view if view is None or isinstance(view, str) else to_json(view)
-            if payload is not None:
-                checked_size(payload, self.spec.output_limit_bytes, "snapshot")
+            payload = snapshot_payload(view, self.spec.output_limit_bytes)
         except StateTypeError:
             raise
         except Exception as error:  # noqa: BLE001 - becomes a dead letter
