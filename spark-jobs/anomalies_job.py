@@ -19,11 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from streamstate.contracts import Metric
 from streamstate.jobs.inputs import read_input
+from streamstate.jobs.kinds import Kind
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.dead_letters import refused_point
 from streamstate.jobs.runner import main_for
-from streamstate.jobs.state import State, StateSpec
+from streamstate.jobs.state import Emit, State, StateSpec
 from streamstate.jobs.validation import dead_letter_row, map_validated, validate
 from streamstate.settings import Settings
 
@@ -44,7 +45,7 @@ def on_series(rule: anomalies.AnomalyRule, series_id: str, points: list[dict[str
             yield dead_letter_row(refused_point(str(rejected), series_id, point["ts"], point["value"], source))
             continue
         if alert is not None:
-            yield {"kind": "alert", "key": alert.alert_id, "payload": alert.model_dump_json()}
+            yield Emit(Kind.ALERT, alert.alert_id, alert.model_dump_json())
     if current["count"]:
         state.update(current)
 
@@ -71,7 +72,7 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
         spec=spec,
         watermark_delay_ms=settings.watermark_delay_ms,
     )
-    return state_rows(result, "metric_state")
+    return state_rows(result, Kind.METRIC_STATE)
 
 
 def input_topics(settings: Settings) -> list[str]:

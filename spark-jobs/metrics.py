@@ -109,7 +109,7 @@ def source_lag(sources: list[Mapping[str, Any]]) -> dict[str, int]:
     """Records each topic's latest offset is ahead of what the batch read, per topic.
 
     Only sources whose offsets look like Kafka's (topic -> partition -> offset) count.
-    A broker that under-reports its end (see ENVIRONMENT.md) can make latest < end;
+    A broker that under-reports its end (the embedded one: docs/architecture.md, "Topics") can make latest < end;
     that is no lag, so each partition is clamped at zero.
     """
     lag: dict[str, int] = {}

@@ -16,23 +16,19 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streamstate.jobs.kafka import write_kafka
+from streamstate.jobs.kinds import Kind
 from streamstate.settings import Settings
 
 log = logging.getLogger(__name__)
 
-ROW_SCHEMA = "kind string, key string, payload string"
-
-# Rows that only feed the job's metrics: (kind "count", key = counter name, payload = increment).
-COUNT_KIND = "count"
-
 # kind -> the Settings field naming its topic
 TOPIC_OF_KIND = {
-    "alert": "topic_alerts",
-    "session": "topic_sessions",
-    "session_state": "topic_session_state",
-    "metric_state": "topic_metric_state",
-    "dead_letter": "topic_dead_letters",
-    "event_count": "topic_event_counts",
+    Kind.ALERT: "topic_alerts",
+    Kind.SESSION: "topic_sessions",
+    Kind.SESSION_STATE: "topic_session_state",
+    Kind.METRIC_STATE: "topic_metric_state",
+    Kind.DEAD_LETTER: "topic_dead_letters",
+    Kind.EVENT_COUNT: "topic_event_counts",
 }
 
 
@@ -65,20 +61,20 @@ def batch_router(
                     "kind",
                     F.get_json_object("payload", "$.kind").alias("alert_kind"),
                     F.get_json_object("payload", "$.ended_by").alias("ended_by"),
-                    F.when(F.col("kind") == "dead_letter", F.get_json_object("payload", "$.stage")).alias("stage"),
-                    F.when(F.col("kind") == COUNT_KIND, F.col("key")).alias("counter"),
+                    F.when(F.col("kind") == Kind.DEAD_LETTER.value, F.get_json_object("payload", "$.stage")).alias("stage"),
+                    F.when(F.col("kind") == Kind.COUNT.value, F.col("key")).alias("counter"),
                 )
-                .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == COUNT_KIND, F.col("payload").cast("long"))).alias("total"))
+                .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == Kind.COUNT.value, F.col("payload").cast("long"))).alias("total"))
                 .collect()
             )
             counts: dict[str, int] = {}
             for row in summary:
                 counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
-            unknown = set(counts) - set(TOPIC_OF_KIND) - {COUNT_KIND}
+            unknown = set(counts) - set(TOPIC_OF_KIND) - {Kind.COUNT}
             if unknown:
                 raise ValueError(f"rows of unknown kind {sorted(unknown)} in batch {batch_id}")
             for kind, n in sorted(counts.items()):
-                if kind == COUNT_KIND:
+                if kind == Kind.COUNT:
                     continue
                 topic = topic_for(kind, settings)
                 written = write_kafka(
@@ -89,7 +85,7 @@ def batch_router(
             if metrics is not None:
                 open_sessions["value"] += metrics_update(metrics, settings, summary)
                 metrics.sessions_open.set(max(0, open_sessions["value"]))
-                if counts.get("event_count"):
+                if counts.get(Kind.EVENT_COUNT):
                     _set_window_counts(metrics, batch)
             if on_batch is not None:
                 on_batch(batch_id, counts)
@@ -104,7 +100,7 @@ def metrics_update(metrics, settings: Settings, summary) -> int:
     open_delta = 0
     for row in summary:
         kind, n = row["kind"], row["rows"]
-        if kind == COUNT_KIND:
+        if kind == Kind.COUNT:
             if row["counter"] == "sessions_opened":
                 open_delta += row["total"] or 0
             elif row["counter"] == "late_events":
@@ -113,11 +109,11 @@ def metrics_update(metrics, settings: Settings, summary) -> int:
                 metrics.duplicate_events.inc(row["total"] or 0)
             continue
         metrics.records_out.labels(topic=topic_for(kind, settings)).inc(n)
-        if kind == "dead_letter":
+        if kind == Kind.DEAD_LETTER:
             metrics.dead_letters.labels(stage=row["stage"] or "state").inc(n)
-        elif kind == "alert" and row["alert_kind"]:
+        elif kind == Kind.ALERT and row["alert_kind"]:
             metrics.alerts.labels(kind=row["alert_kind"]).inc(n)
-        elif kind == "session" and row["ended_by"]:
+        elif kind == Kind.SESSION and row["ended_by"]:
             metrics.sessions_closed.labels(ended_by=row["ended_by"]).inc(n)
             open_delta -= n
     return open_delta
@@ -125,7 +121,7 @@ def metrics_update(metrics, settings: Settings, summary) -> int:
 
 def _set_window_counts(metrics, event_counts: DataFrame) -> None:
     """The newest window's count per event type."""
-    rows = [json.loads(r["payload"]) for r in event_counts.filter(F.col("kind") == "event_count").select("payload").collect()]
+    rows = [json.loads(r["payload"]) for r in event_counts.filter(F.col("kind") == Kind.EVENT_COUNT.value).select("payload").collect()]
     if not rows:
         return
     newest = max(r["window_end"] for r in rows)
@@ -134,12 +130,14 @@ def _set_window_counts(metrics, event_counts: DataFrame) -> None:
             metrics.events_by_type.labels(type=r["type"]).set(r["count"])
 
 
-def state_rows(result, snapshot_kind: str) -> DataFrame:
-    """A job's stateful rows as (kind, key, payload): the function's outputs are already
-    {kind, key, payload} objects; snapshots become ``snapshot_kind`` rows (null payload =
-    tombstone); a user-function failure becomes a DeadLetter of stage ``state``."""
+def state_rows(result, snapshot_kind: Kind) -> DataFrame:
+    """A job's stateful rows as (kind, key, payload): the function emits its records with their
+    kind, key and encoded payload (:class:`~streamstate.jobs.state.Emit`), which pass as they are;
+    snapshots become ``snapshot_kind`` rows (null payload = tombstone); a record whose call
+    failed (the state layer's own dead letter: it has a reason) becomes a DeadLetter of stage
+    ``state``."""
     rows = result.all
-    output = F.from_json("payload", ROW_SCHEMA)
+    failed = (F.col("kind") == Kind.DEAD_LETTER.value) & F.col("reason").isNotNull()
     failure = F.to_json(
         F.struct(
             F.col("reason"),
@@ -155,13 +153,7 @@ def state_rows(result, snapshot_kind: str) -> DataFrame:
         {"ignoreNullFields": "false"},
     )
     return rows.select(
-        F.when(F.col("kind") == "output", output["kind"])
-        .when(F.col("kind") == "snapshot", F.lit(snapshot_kind))
-        .otherwise(F.lit("dead_letter"))
-        .alias("kind"),
-        F.when(F.col("kind") == "output", output["key"]).otherwise(F.col("key")).alias("key"),
-        F.when(F.col("kind") == "output", output["payload"])
-        .when(F.col("kind") == "snapshot", F.col("payload"))
-        .otherwise(failure)
-        .alias("payload"),
+        F.when(F.col("kind") == Kind.SNAPSHOT.value, F.lit(Kind(snapshot_kind).value)).otherwise(F.col("kind")).alias("kind"),
+        F.col("key"),
+        F.when(failed, failure).otherwise(F.col("payload")).alias("payload"),
     )

@@ -20,11 +20,12 @@ from pyspark.sql import functions as F
 
 from streamstate.contracts import UserEvent
 from streamstate.jobs.inputs import read_input
+from streamstate.jobs.kinds import Kind
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.dead_letters import refused_event
 from streamstate.jobs.runner import main_for
-from streamstate.jobs.state import State, StateSpec
+from streamstate.jobs.state import Emit, State, StateSpec
 from streamstate.jobs.validation import dead_letter_row, good_rows, map_validated, validate
 from streamstate.settings import Settings
 
@@ -37,8 +38,8 @@ def _arrivals(events: list[dict[str, Any]]):
         yield e["ts"], e["event_id"], e["type"], e["amount"], (e["topic"], e["partition"], e["offset"], e["kafka_ts"])
 
 
-def _count(counter: str, n: int) -> dict[str, str]:
-    return {"kind": "count", "key": counter, "payload": str(n)}
+def _count(counter: str, n: int) -> Emit:
+    return Emit(Kind.COUNT, counter, str(n))
 
 
 def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any]], state: State):
@@ -63,9 +64,9 @@ def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any
         state.update(current)
         state.set_timeout_timestamp(sessions.next_deadline(current, rule))
     for alert in result.alerts:
-        yield {"kind": "alert", "key": alert.alert_id, "payload": alert.model_dump_json()}
+        yield Emit(Kind.ALERT, alert.alert_id, alert.model_dump_json())
     for closed in result.closed:
-        yield {"kind": "session", "key": user_id, "payload": closed.model_dump_json()}
+        yield Emit(Kind.SESSION, user_id, closed.model_dump_json())
     if result.opened:
         yield _count("sessions_opened", result.opened)
 
@@ -91,7 +92,7 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
         spec=spec,
         watermark_delay_ms=settings.watermark_delay_ms,
     )
-    return state_rows(result, "session_state")
+    return state_rows(result, Kind.SESSION_STATE)
 
 
 def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -107,7 +108,7 @@ def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     )
     start, end = F.unix_millis(F.col("window.start")), F.unix_millis(F.col("window.end"))
     return counts.select(
-        F.lit("event_count").alias("kind"),
+        F.lit(Kind.EVENT_COUNT.value).alias("kind"),
         F.concat_ws("@", "type", start.cast("string")).alias("key"),
         F.to_json(F.struct("type", start.alias("window_start"), end.alias("window_end"), "count", end.alias("ts"))).alias("payload"),
     )

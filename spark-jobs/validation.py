@@ -35,9 +35,10 @@ from streamstate.contracts import (
     spark_schema,
 )
 from streamstate.contracts_fast import FastContract, fast_contract, python_bytes
+from streamstate.jobs.kinds import Kind
 from streamstate.jobs.rules.dead_letters import coordinates_key
 from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
-from streamstate.jobs.state import StateResult, StateSpec, map_with_state
+from streamstate.jobs.state import Emit, StateResult, StateSpec, map_with_state
 
 SOURCE_COLUMNS = [
     T.StructField("topic", T.StringType()),
@@ -158,8 +159,8 @@ def keyed_with_invalid(validated: DataFrame, key: str) -> DataFrame:
     )
 
 
-def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
-    """An invalid record as a (kind, key, payload) output row: a DeadLetter keyed by its coordinates."""
+def contract_dead_letter(row: dict[str, Any]) -> Emit:
+    """An invalid record as a dead-letter record: a DeadLetter keyed by its coordinates."""
     letter = DeadLetter(
         reason=row["error"],
         stage=row["error_stage"],
@@ -174,9 +175,9 @@ def contract_dead_letter(row: dict[str, Any]) -> dict[str, str]:
     return dead_letter_row(letter)
 
 
-def dead_letter_row(letter: DeadLetter) -> dict[str, str]:
-    """A dead letter as a job's (kind, key, payload) output row, keyed by its source coordinates."""
-    return {"kind": "dead_letter", "key": coordinates_key(letter), "payload": letter.model_dump_json()}
+def dead_letter_row(letter: DeadLetter) -> Emit:
+    """A dead letter as a job's record for the dead-letter topic, keyed by its source coordinates."""
+    return Emit(Kind.DEAD_LETTER, coordinates_key(letter), letter.model_dump_json())
 
 
 def map_validated(validated: DataFrame, key: str, columns: Sequence[str], spec: StateSpec, watermark_delay_ms: int) -> StateResult:

@@ -219,3 +219,10 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+@lru_cache(maxsize=1)
+def defaults() -> Settings:
+    """Every setting at its default, whatever the environment says: where code outside this class
+    takes a default from (the rules' dataclasses, ``StateSpec``), so each default is written once."""
+    return Settings.model_construct()

@@ -2,7 +2,7 @@
 
     .venv/peers/quix/bin/python -m bench.peers.quix_anomalies --bootstrap H:P --input T --output T --records N
 
-The rule (ARCHITECTURE.md, seed 000): per series, a window of the last 100 values including
+The rule (docs/architecture.md, "Anomalies"; seed 000): per series, a window of the last 100 values including
 the new one; mean and population standard deviation over it; once it holds more than 10
 values, the value is an anomaly when |value - mean| / std > 3 (std = 0: when value != mean).
 A stateful ``apply`` keeps the window in the series' state, in arrival order.

@@ -2,7 +2,7 @@
 
     .venv/peers/quix/bin/python -m bench.peers.quix_sessions --bootstrap H:P --input T --output T --records N
 
-The rule (ARCHITECTURE.md): a session is a user's run of events with gaps shorter than 30
+The rule (docs/architecture.md, "Sessions"): a session is a user's run of events with gaps shorter than 30
 minutes of event time; a ``logout`` ends it (inclusive). Quix's ``session_window`` cannot end
 a session on a logout, so this is a stateful ``apply`` per user, the way a Quix user would
 write it: the open session lives in the key's state; a closed session is emitted when a

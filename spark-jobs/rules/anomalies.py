@@ -1,6 +1,6 @@
 """Per-series rolling window and z-score test: pure Python, no Spark.
 
-The rule (ARCHITECTURE.md, seed 000's mapWithState example): per series a window of the
+The rule (docs/architecture.md, "Anomalies"; seed 000's mapWithState example): per series a window of the
 last N values including the new one; mean and population standard deviation over that
 window; once it holds more than ``min_count`` values, the value is an anomaly when
 |value - mean| / std > threshold (with std = 0: when value != mean).
@@ -32,7 +32,7 @@ from functools import cached_property
 from typing import Any
 
 from streamstate.contracts import Alert, LastAnomaly, MetricSnapshot
-from streamstate.settings import Settings
+from streamstate.settings import Settings, defaults
 
 # Extra bits carried through integer square roots: the result is rounded to a double once.
 _ROOT_BITS = 64
@@ -58,11 +58,16 @@ def _times_power(x: int, exponent: int, n: int) -> float:
     return (x << exponent) / n if exponent >= 0 else x / (n << -exponent)
 
 
+_DEFAULTS = defaults()
+
+
 @dataclass(frozen=True)
 class AnomalyRule:
-    window: int = 100
-    threshold: float = 3.0
-    min_count: int = 10
+    """The rule's parameters: build it with :meth:`from_settings`; the defaults are the settings'."""
+
+    window: int = _DEFAULTS.anomaly_window
+    threshold: float = _DEFAULTS.anomaly_threshold
+    min_count: int = _DEFAULTS.anomaly_min_count
 
     @cached_property
     def threshold_ratio(self) -> tuple[int, int]:

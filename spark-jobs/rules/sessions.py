@@ -1,6 +1,6 @@
 """Per-user sessions, behaviour and alerts: pure Python, no Spark.
 
-The session rule (ARCHITECTURE.md): a session is a user's run of de-duplicated events in
+The session rule (docs/architecture.md, "Sessions"): a session is a user's run of de-duplicated events in
 event-time order with gaps shorter than the inactivity gap; a ``logout`` ends it
 (inclusive); the next event after a logout or a gap starts a new session.
 
@@ -42,17 +42,21 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from streamstate.contracts import Alert, ClosedSession, OpenSession, SessionSnapshot
-from streamstate.settings import Settings
+from streamstate.settings import Settings, defaults
+
+_DEFAULTS = defaults()
 
 
 @dataclass(frozen=True)
 class SessionRule:
-    gap_ms: int = 30 * 60 * 1000
-    burst_page_views: int = 50
-    burst_window_ms: int = 60 * 1000
-    long_session_ms: int = 4 * 60 * 60 * 1000
-    dedupe_retention_ms: int = 24 * 60 * 60 * 1000
-    idle_ttl_ms: int = 30 * 24 * 60 * 60 * 1000
+    """The rule's parameters: build it with :meth:`from_settings`; the defaults are the settings'."""
+
+    gap_ms: int = _DEFAULTS.session_gap_ms
+    burst_page_views: int = _DEFAULTS.burst_page_views
+    burst_window_ms: int = _DEFAULTS.burst_window_ms
+    long_session_ms: int = _DEFAULTS.long_session_ms
+    dedupe_retention_ms: int = _DEFAULTS.dedupe_retention_ms
+    idle_ttl_ms: int = _DEFAULTS.session_state_ttl_ms
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SessionRule:

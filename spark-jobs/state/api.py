@@ -4,7 +4,8 @@ Both lay the input out as ``INPUT_COLUMNS``, give each row its key's bucket
 (``pmod(xxhash64(key), buckets)``), pack each task's rows into one Arrow blob per bucket
 (:mod:`streamstate.jobs.state.packing`), run :class:`~streamstate.jobs.state.processor.BucketProcessor`
 under ``groupBy(bucket).transformWithStateInPandas`` and decode its rows (``kind``: output |
-snapshot | dead_letter) into the three DataFrames of a :class:`StateResult`.
+snapshot | dead_letter, or the kind of an :class:`~streamstate.jobs.state.Emit`; see
+:mod:`streamstate.jobs.kinds`) into the three DataFrames of a :class:`StateResult`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ OutputSchema = str | StructType | type[BaseModel] | None
 
 @dataclass(frozen=True)
 class StateResult:
-    """The stateful operator's rows (:attr:`all`) and their three decoded views.
+    """The stateful operator's rows (:attr:`all`: ``kind, key, payload, reason, topic, partition,
+    offset``) and their three decoded views. Records a function emits with
+    :class:`~streamstate.jobs.state.Emit` keep their own kind and key in :attr:`all`.
 
     Each view of a streaming ``all`` is its own plan: a query per view would run the state
     operator once per query. Run ONE query on :attr:`all` (``writeStream.foreachBatch``) and
@@ -63,7 +66,8 @@ class StateResult:
         return self.snapshots_of(self.all)
 
     def dead_letters(self) -> DataFrame:
-        """``(key, reason, value)`` (+ ``topic, partition, offset`` when the input had them)."""
+        """``(key, reason, value)`` (+ ``topic, partition, offset`` when the input had them); a
+        dead letter the function emitted itself (``Emit("dead_letter", ...)``) has no reason."""
         return self.dead_letters_of(self.all)
 
     def outputs_of(self, rows: DataFrame) -> DataFrame:
@@ -120,7 +124,7 @@ def update_state_by_key(
     ``new_values`` is empty) are called; ``None`` removes the key. The outputs are
     ``(key, state)`` with ``state`` as JSON for every key that keeps a state.
     """
-    spec = StateSpec.batch_function(_state_updater(func)).initial_state(initial_state)
+    spec = StateSpec.updater(func).initial_state(initial_state)
     if num_partitions is not None:
         spec = spec.num_partitions(num_partitions)
     if timeout is not None:
@@ -130,19 +134,6 @@ def update_state_by_key(
     if state_type is not None:
         spec = spec.state_type(state_type)
     return _run(df, key, spec, value, None, "state")
-
-
-def _state_updater(func: Callable[[list, Any], Any]):
-    def update(key: Any, values: list, state) -> list:
-        new_state = func(values, state.get_option())
-        if new_state is None:
-            if state.exists():
-                state.remove()
-            return []
-        state.update(new_state)
-        return [new_state]
-
-    return update
 
 
 # --------------------------------------------------------------------------- wiring

@@ -14,19 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from streamstate.jobs.state.state import (
-    _MISSING,
-    DEAD_LETTER_VALUE_LIMIT,
-    StateCodec,
-    StateDriver,
-    StateTypeError,
-    checked_size,
-    cut,
-    describe_key,
-    lenient_json,
-    one_line,
-    to_json,
-)
+from streamstate.jobs.kinds import Kind
+from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
+from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
 KEY, VALUE, TIME, TOPIC, PARTITION, OFFSET = range(6)
 INPUT_COLUMNS = ("__ss_key", "__ss_value", "__ss_time", "__ss_topic", "__ss_partition", "__ss_offset")
@@ -35,7 +25,8 @@ OUTPUT_SCHEMA = (
 )
 OUTPUT_COLUMNS = ("kind", "key", "payload", "reason", "topic", "partition", "offset")
 
-OUTPUT, SNAPSHOT, DEAD_LETTER = "output", "snapshot", "dead_letter"
+# Plain str values: they go into pandas frames and Arrow batches.
+OUTPUT, SNAPSHOT, DEAD_LETTER = Kind.OUTPUT.value, Kind.SNAPSHOT.value, Kind.DEAD_LETTER.value
 
 
 @dataclass(frozen=True)
@@ -51,15 +42,6 @@ class Plan:
     ordered_by_offset: bool
     snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
     output_limit_bytes: int = 1_000_000
-
-
-def as_outputs(result: Any, per_record: bool) -> list:
-    """A per-record result is None, a list of outputs, or one output; a batch result is an iterable."""
-    if result is None:
-        return []
-    if per_record:
-        return result if isinstance(result, list) else [result]
-    return list(result)
 
 
 def plain(value: Any) -> Any:
@@ -109,7 +91,7 @@ class KeyRun:
         return self.driver.state.watermark_ms
 
     def _decode(self, text: str | None) -> Any:
-        return _MISSING if text is None else self.plan.codec.decode(self.key, text)
+        return NO_STATE if text is None else self.plan.codec.decode(self.key, text)
 
     # ------------------------------------------------------------------ savepoints
     def _mark(self) -> tuple:
@@ -128,7 +110,7 @@ class KeyRun:
         limit = self.plan.output_limit_bytes
         try:
             result = self.plan.func(self.key, arg, state)
-            outputs = [checked_size(to_json(o), limit, "output") for o in as_outputs(result, self.plan.per_record)]
+            outputs = [output_row(o, self.key_text, limit) for o in as_outputs(result, self.plan.per_record)]
             text = self.committed
             if self.driver.touched:
                 text = None if not self.driver.exists else self._encode()
@@ -138,7 +120,7 @@ class KeyRun:
             self.driver.reset(self._decode(self.committed))
             return error
         self.committed = text
-        self.rows.extend((OUTPUT, self.key_text, out, None, None, None, None) for out in outputs)
+        self.rows.extend((kind, key, payload, None, None, None, None) for kind, key, payload in outputs)
         return None
 
     def _encode(self) -> str:
@@ -164,16 +146,15 @@ class KeyRun:
     def _snapshot_payload(self) -> str | None:
         """What a snapshot row carries: the spec's snapshot of the state, else its JSON text."""
         if self.plan.snapshot is None:
-            payload = None if self.committed is None else self.plan.codec.to_json(self.driver.value)
+            view = None if self.committed is None else self.plan.codec.to_json(self.driver.value)
         else:
             view = self.plan.snapshot(self.key, None if self.committed is None else self.driver.value)
-            payload = view if view is None or isinstance(view, str) else to_json(view)
-        return None if payload is None else checked_size(payload, self.plan.output_limit_bytes, "snapshot")
+        return snapshot_payload(view, self.plan.output_limit_bytes)
 
     def dead_letter(self, row: tuple | None, reason: str) -> tuple:
         if row is None:
             return (DEAD_LETTER, self.key_text, None, reason, None, None, None)
-        value = cut(lenient_json(plain(row[VALUE])), DEAD_LETTER_VALUE_LIMIT)
+        value = dead_letter_value(plain(row[VALUE]))
         return (DEAD_LETTER, self.key_text, value, reason, row[TOPIC], row[PARTITION], row[OFFSET])
 
     def is_late(self, row: tuple) -> bool:

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal
 
+from streamstate.settings import defaults
+
 _UNIT_MS = {
     "ms": 1,
     "millisecond": 1,
@@ -67,10 +69,10 @@ def duration_ms(duration: Duration) -> int:
 DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
 
 # Keys are grouped into this many buckets; Spark's per-group cost is paid per bucket and batch.
-DEFAULT_BUCKETS = 64
+DEFAULT_BUCKETS = defaults().state_buckets
 # Keys kept in the buckets' hot sets (all buckets together): a key touched again while hot costs
 # no state call; the least recently touched keys beyond it move to the per-key cold map.
-DEFAULT_HOT_KEYS = 200_000
+DEFAULT_HOT_KEYS = defaults().state_hot_keys
 
 # (key, value | None, state) -> output | None | list of outputs
 RecordFunction = Callable[[Any, Any, Any], Any]
@@ -120,6 +122,24 @@ class StateSpec:
         if not callable(func):
             raise TypeError(f"StateSpec.batch_function needs a callable, got {type(func).__name__}")
         return cls(func=func, per_record=False)
+
+    @classmethod
+    def updater(cls, func: Callable[[list, Any], Any]) -> StateSpec:
+        """DStream ``updateStateByKey`` as a spec: ``func(new_values, old_state | None) -> new_state | None``
+        once per touched key; ``None`` removes the key, and the new state is the key's output."""
+        if not callable(func):
+            raise TypeError(f"StateSpec.updater needs a callable, got {type(func).__name__}")
+
+        def update(key: Any, values: list, state) -> list:
+            new_state = func(values, state.get_option())
+            if new_state is None:
+                if state.exists():
+                    state.remove()
+                return []
+            state.update(new_state)
+            return [new_state]
+
+        return cls.batch_function(update)
 
     def initial_state(self, initial: Any) -> StateSpec:
         """Start from a DataFrame with columns ``(key, state)`` or a list of ``(key, state)`` pairs.

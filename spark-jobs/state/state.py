@@ -115,7 +115,20 @@ class StateCodec:
             ) from None
 
 
-_MISSING = object()
+class _NoState:
+    """The value of a key that has no state (``None`` is not a state: it cannot be stored)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_STATE"
+
+    def __reduce__(self) -> str:
+        return "NO_STATE"  # unpickles as this module's one instance
+
+
+NO_STATE: Any = _NoState()
+_UNSET = object()  # no timeout timestamp set in this call
 
 
 class State:
@@ -130,23 +143,23 @@ class State:
         "key", "_value", "_removed", "_touched", "_timing_out", "_timeout_at", "watermark_ms", "processing_time_ms"
     )
 
-    def __init__(self, key: Any, value: Any = _MISSING, *, watermark_ms: int = -1, processing_time_ms: int = -1):
+    def __init__(self, key: Any, value: Any = NO_STATE, *, watermark_ms: int = -1, processing_time_ms: int = -1):
         self.key = key
         self._value = value
         self._removed = False
         self._touched = False
         self._timing_out = False
-        self._timeout_at: Any = _MISSING
+        self._timeout_at: Any = _UNSET
         self.watermark_ms = watermark_ms
         self.processing_time_ms = processing_time_ms
 
     def exists(self) -> bool:
         """Whether the key has a state."""
-        return self._value is not _MISSING
+        return self._value is not NO_STATE
 
     def get(self) -> Any:
         """The state; raises :class:`StateUsageError` when there is none (see :meth:`get_option`)."""
-        if self._value is _MISSING:
+        if self._value is NO_STATE:
             raise StateUsageError(
                 f"state of key {describe_key(self.key)!r} does not exist; check exists() or use get_option()"
             )
@@ -154,7 +167,7 @@ class State:
 
     def get_option(self, default: Any = None) -> Any:
         """The state, or ``default`` when there is none."""
-        return default if self._value is _MISSING else self._value
+        return default if self._value is NO_STATE else self._value
 
     def update(self, new_state: Any) -> None:
         """Set the state. Allowed while timing out: the key is then kept (with no timer until new data)."""
@@ -173,7 +186,7 @@ class State:
             raise StateUsageError(
                 f"cannot remove the state of key {describe_key(self.key)!r}: it has already been removed"
             )
-        self._value = _MISSING
+        self._value = NO_STATE
         self._removed = True
         self._touched = True
 
@@ -193,17 +206,19 @@ class State:
 
 
 class StateDriver:
-    """The engine's side of one key's :class:`State`: what the Spark processor and the
-    in-memory reference use instead of reaching into ``State`` (users never need it).
+    """The engine's side of one key's :class:`State`: the public interface the Spark processor
+    (:mod:`~streamstate.jobs.state.keyrun`) and the in-memory tester
+    (:mod:`~streamstate.jobs.state.tester`) use instead of reaching into ``State``; user
+    functions only ever see the ``State``.
 
     Around every call of the user function the engine begins a call, reads what the call did
     (touched? removed? a timeout timestamp set?) and, when the call failed, puts the value
-    from before it back.
+    from before it back. A key without state has the value :data:`NO_STATE`.
     """
 
     __slots__ = ("state",)
 
-    def __init__(self, key: Any, value: Any = _MISSING, *, watermark_ms: int = -1, processing_time_ms: int = -1):
+    def __init__(self, key: Any, value: Any = NO_STATE, *, watermark_ms: int = -1, processing_time_ms: int = -1):
         self.state = State(key, value, watermark_ms=watermark_ms, processing_time_ms=processing_time_ms)
 
     def begin_call(self, timing_out: bool = False) -> State:
@@ -212,7 +227,7 @@ class StateDriver:
         state._removed = False
         state._touched = False
         state._timing_out = timing_out
-        state._timeout_at = _MISSING
+        state._timeout_at = _UNSET
         return state
 
     @property
@@ -222,18 +237,18 @@ class StateDriver:
 
     @property
     def exists(self) -> bool:
-        return self.state._value is not _MISSING
+        return self.state._value is not NO_STATE
 
     @property
     def value(self) -> Any:
         """The current value (``None`` when there is none)."""
-        return None if self.state._value is _MISSING else self.state._value
+        return None if self.state._value is NO_STATE else self.state._value
 
     def timeout_after_call(self, otherwise: int | None) -> int | None:
         """The timeout timestamp the last call set (None: cleared), else ``otherwise``."""
-        return otherwise if self.state._timeout_at is _MISSING else self.state._timeout_at
+        return otherwise if self.state._timeout_at is _UNSET else self.state._timeout_at
 
-    def reset(self, value: Any = _MISSING) -> None:
+    def reset(self, value: Any = NO_STATE) -> None:
         """Replace the value (no value: the key has no state), e.g. after a failed call."""
         self.state._value = value
 

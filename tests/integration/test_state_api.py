@@ -11,8 +11,8 @@ from pyspark.errors import StreamingQueryException
 from streamstate.examples.runner import EVENT_TIME, read_json_topic
 from streamstate.jobs.state import StateSpec, map_with_state
 from streamstate.jobs.state.keyrun import OUTPUT_SCHEMA
-from streamstate.jobs.state.reference import ReferenceRun, by_key
-from streamstate.jobs.state.testing import RowCollector, kinds, produce_json
+from streamstate.jobs.state.tester import StateTester, by_key
+from tests.state_queries import RowCollector, kinds, produce_json
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -43,7 +43,7 @@ def test_event_time_timeouts_keep_on_timeout_and_late_records(spark, settings, b
     spec = StateSpec.function(visits).timeout("10 seconds").event_time(EVENT_TIME, late="dead_letter")
     df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
     collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
-    reference = ReferenceRun(spec)
+    reference = StateTester(spec)
     try:
         for batch in batches:
             produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": ts} for k, ts in batch])

@@ -12,7 +12,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streamstate.jobs.state.testing import produce_json
+from tests.state_queries import produce_json
 from streamstate.topics import TopicSpec, create_topics
 from tests.integration.api_harness import wait_until
 from tests.scenario import read_topic

@@ -259,7 +259,7 @@ def test_each_series_gets_a_point_every_interval():
 
 
 def flagged_by_the_anomaly_rule(points: list[Metric], window: int = 100, min_count: int = 10, threshold: float = 3.0) -> set[tuple[str, int]]:
-    """ARCHITECTURE.md's anomaly rule, independently of the jobs: rolling window, population std."""
+    """The anomaly rule of docs/architecture.md, independently of the jobs: rolling window, population std."""
     windows: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=window))
     flagged = set()
     for point in points:

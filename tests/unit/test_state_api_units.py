@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streamstate.jobs.state import State, StateSpec, StateTypeError, StateUsageError, duration_ms
-from streamstate.jobs.state.reference import ReferenceRun, by_key, run_map_with_state, run_update_state_by_key
+from streamstate.jobs.state.tester import StateTester, by_key, run_map_with_state, run_update_state_by_key
 from streamstate.jobs.state.state import StateCodec, one_line
 
 
@@ -99,7 +99,7 @@ def test_reference_times_out_in_event_time_after_the_watermark_passes():
             return "bye"
         state.update(1)
 
-    run = ReferenceRun(StateSpec.function(f).timeout(10).event_time("t"))
+    run = StateTester(StateSpec.function(f).timeout(10).event_time("t"))
     run.run_batch([("a", 1, 100)])
     assert run.watermark_ms == 100 and "a" in run.store
     run.run_batch([("b", 1, 110)])  # deadline of a is 110: due once the watermark reaches it

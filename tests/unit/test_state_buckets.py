@@ -16,7 +16,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from streamstate.jobs.state import StateSpec
 from streamstate.jobs.state.buckets import TICK_MS, Bucket
 from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT
-from streamstate.jobs.state.reference import ReferenceRun, by_key
+from streamstate.jobs.state.tester import StateTester, by_key
 from tests.unit.test_state_isolation import plan_of
 
 
@@ -145,7 +145,7 @@ def test_a_small_hot_set_changes_nothing_a_key_sees(seed, capacity, batches):
         clock += rng.choice([1_000, 30_000, TICK_MS, 3 * TICK_MS, 7 * TICK_MS])
         plan.append([(rng.choice(keys), 1, clock - rng.randint(0, 500)) for _ in range(rng.randint(0, 6))])
     bucketed = OneBucket(SPEC, capacity)
-    reference = ReferenceRun(SPEC)
+    reference = StateTester(SPEC)
     for records in plan:
         bucketed.batch(records)
         reference.run_batch(records)

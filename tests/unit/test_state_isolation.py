@@ -14,7 +14,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from streamstate.jobs.state import StateSpec
 from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, KeyRun, Plan
-from streamstate.jobs.state.reference import ReferenceRun, by_key
+from streamstate.jobs.state.tester import StateTester, by_key
 from streamstate.jobs.state.state import DEAD_LETTER_VALUE_LIMIT, REASON_LIMIT, StateCodec
 
 
@@ -51,7 +51,7 @@ def engine_batch(spec: StateSpec, key, values):
 
 
 def reference_batch(spec: StateSpec, key, values):
-    run = ReferenceRun(spec)
+    run = StateTester(spec)
     run.run_batch([(key, value) for value in values])
     return by_key(run.rows).get(key, []), as_json(spec, run.store.get(key))
 
@@ -155,7 +155,7 @@ def fail_on_timeout(key, value, state):
 
 
 def test_a_timeout_call_that_raises_keeps_the_state_and_dead_letters_the_key():
-    run = ReferenceRun(StateSpec.function(fail_on_timeout).timeout(10).event_time("t"))
+    run = StateTester(StateSpec.function(fail_on_timeout).timeout(10).event_time("t"))
     run.run_batch([("a", 1, 100)])
     run.run_batch([("b", 1, 200)])  # watermark 200 passes a's deadline 110
     assert by_key(run.rows)["a"][-1] == (DEAD_LETTER, None, "RuntimeError: cannot close")

@@ -1,10 +1,35 @@
-"""A tiny in-memory driver with mapWithState / updateStateByKey semantics, batch by batch.
+"""Test a state function without Spark: ``StateTester`` runs a :class:`StateSpec` in memory,
+micro-batch by micro-batch, with the semantics of ``map_with_state`` / ``update_state_by_key``.
 
-It is the oracle the Spark runs are compared with (and a way to try a state function without
-Spark). It is written separately from the Spark processor on purpose: only the JSON encoding
-conventions and the :class:`State` object are shared.
+It is the public way to unit-test your own function (as PySpark's ``TwsTester`` is for a
+``StatefulProcessor``), and the oracle the project's Spark runs are compared with. It is written
+separately from the Spark processor on purpose: only the :class:`State` (through its engine
+interface, :class:`StateDriver`) and the way outputs, snapshots and dead letters are encoded
+(:mod:`streamstate.jobs.state.outputs`) are shared, so a test that agrees with both checks the
+processor against an independent reading of the semantics. Example::
 
-Semantics, per micro-batch (``run_batch``):
+    from streamstate.jobs.state import StateSpec
+    from streamstate.jobs.state.tester import StateTester
+
+    def count(word, one, state):
+        if state.is_timing_out():
+            return None                             # not updating: the key is removed
+        total = one + state.get_option(0)
+        state.update(total)
+        return (word, total)
+
+    tester = StateTester(StateSpec.function(count).timeout("60 seconds"))
+    rows = tester.run_batch([("a", 1), ("b", 1), ("a", 1)], processing_time_ms=0)
+    assert [r.payload for r in rows if r.kind == "output"] == ['["a",1]', '["a",2]', '["b",1]']
+    assert tester.state_of("a") == 2
+    tester.tick(processing_time_ms=61_000)          # idle for the timeout: both keys time out
+    assert tester.state_of("a") is None
+
+Records are ``(key, value)`` or ``(key, value, event_time_ms)``; every row has a ``kind``
+(``output``, ``snapshot``, ``dead_letter``, or the kind of an :class:`Emit`), the key as text,
+the payload as JSON text (``None`` for a tombstone snapshot) and, for a dead letter, the reason.
+
+Semantics, per micro-batch (:meth:`StateTester.run_batch`):
 
 1. each key with records is called (per record, in event-time order when the spec has an event
    time, else in input order; or once with all its values for a batch function); an exception
@@ -29,21 +54,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from streamstate.jobs.state.api import _state_updater
+from streamstate.jobs.kinds import Kind
+from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.jobs.state.spec import StateSpec
-from streamstate.jobs.state.state import (
-    _MISSING,
-    DEAD_LETTER_VALUE_LIMIT,
-    StateCodec,
-    StateDriver,
-    StateTypeError,
-    checked_size,
-    cut,
-    describe_key,
-    lenient_json,
-    one_line,
-    to_json,
-)
+from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
+
+_NOT_SAVED = object()
 
 
 class Record(NamedTuple):
@@ -55,7 +71,8 @@ class Record(NamedTuple):
 
 
 class Row(NamedTuple):
-    """One result row: ``kind`` is output | snapshot | dead_letter; ``payload`` is JSON (or None)."""
+    """One result row: ``kind`` is output | snapshot | dead_letter (or an :class:`Emit`'s kind);
+    ``payload`` is JSON text (or None)."""
 
     kind: str
     key: str
@@ -64,8 +81,11 @@ class Row(NamedTuple):
 
 
 @dataclass
-class ReferenceRun:
-    """Feeds batches through a spec; collects every result row in order in :attr:`rows`."""
+class StateTester:
+    """Feeds batches through a spec; collects every result row in order in :attr:`rows`.
+
+    ``watermark_delay_ms`` is the input's ``withWatermark`` delay (event-time specs only).
+    """
 
     spec: StateSpec
     watermark_delay_ms: int = 0
@@ -81,8 +101,10 @@ class ReferenceRun:
         self.codec = StateCodec(self.spec.state_cls)
 
     # ------------------------------------------------------------------ batches
-    def run_batch(self, records: Iterable[Record | tuple], processing_time_ms: int = 0) -> None:
-        """Process one micro-batch of records (then due timeouts, then a no-data batch if needed)."""
+    def run_batch(self, records: Iterable[Record | tuple], processing_time_ms: int = 0) -> list[Row]:
+        """Process one micro-batch of records (then due timeouts, then a no-data batch if needed);
+        returns the rows it produced (all rows so far are in :attr:`rows`)."""
+        first = len(self.rows)
         records = [Record(*r) for r in records]
         if not self.started:
             self._load_initial(processing_time_ms)
@@ -102,10 +124,20 @@ class ReferenceRun:
                 if new_watermark > self.watermark_ms:
                     self.watermark_ms = new_watermark
                     self._fire_timers(processing_time_ms)
+        return self.rows[first:]
 
-    def tick(self, processing_time_ms: int) -> None:
-        """A batch without data at this processing time (timers only)."""
-        self.run_batch([], processing_time_ms)
+    def tick(self, processing_time_ms: int) -> list[Row]:
+        """A batch without data at this processing time (timers only); returns its rows."""
+        return self.run_batch([], processing_time_ms)
+
+    def state_of(self, key: Any, default: Any = None) -> Any:
+        """The key's state now (decoded, as the function would see it), or ``default``."""
+        text = self.store.get(key)
+        return default if text is None else self.codec.decode(key, text)
+
+    def deadline_of(self, key: Any) -> int | None:
+        """When the key times out (epoch ms of the watermark or the clock), if it has a timer."""
+        return self.deadlines.get(key)
 
     def _load_initial(self, processing_time_ms: int) -> None:
         self.started = True
@@ -117,7 +149,7 @@ class ReferenceRun:
     # ------------------------------------------------------------------ one key
     def _driver(self, key: Any, processing_time_ms: int) -> StateDriver:
         text = self.store.get(key)
-        value = _MISSING if text is None else self.codec.decode(key, text)
+        value = NO_STATE if text is None else self.codec.decode(key, text)
         return StateDriver(key, value, watermark_ms=self.watermark_ms, processing_time_ms=processing_time_ms)
 
     def _is_late(self, record: Record) -> bool:
@@ -128,8 +160,8 @@ class ReferenceRun:
         )
 
     def _dead_letter(self, key: Any, record: Record | None, reason: str) -> Row:
-        value = None if record is None else cut(lenient_json(record.value), DEAD_LETTER_VALUE_LIMIT)
-        return Row("dead_letter", describe_key(key), value, reason)
+        value = None if record is None else dead_letter_value(record.value)
+        return Row(Kind.DEAD_LETTER.value, describe_key(key), value, reason)
 
     def _process_key(self, key: Any, records: list[Record], processing_time_ms: int) -> None:
         before = self.store.get(key)
@@ -171,12 +203,12 @@ class ReferenceRun:
                 self.rows.append(self._dead_letter(key, record, one_line(error)))
 
     def _save(self, key: Any) -> tuple:
-        return self.store.get(key), self.deadlines.get(key), len(self.rows), self._snapshots.get(key, _MISSING)
+        return self.store.get(key), self.deadlines.get(key), len(self.rows), self._snapshots.get(key, _NOT_SAVED)
 
     def _restore(self, key: Any, saved: tuple) -> None:
         text, deadline, rows, snapshot = saved
         for mapping, value in ((self.store, text), (self.deadlines, deadline), (self._snapshots, snapshot)):
-            if value is None or value is _MISSING:
+            if value is None or value is _NOT_SAVED:
                 mapping.pop(key, None)
             else:
                 mapping[key] = value
@@ -190,12 +222,10 @@ class ReferenceRun:
             return None
         try:
             if self.spec.snapshot_fn is None:
-                payload = None if after is None else self.codec.to_json(self.codec.decode(key, after))
+                view = None if after is None else self.codec.to_json(self.codec.decode(key, after))
             else:
                 view = self.spec.snapshot_fn(key, None if after is None else self.codec.decode(key, after))
-                payload = view if view is None or isinstance(view, str) else to_json(view)
-            if payload is not None:
-                checked_size(payload, self.spec.output_limit_bytes, "snapshot")
+            payload = snapshot_payload(view, self.spec.output_limit_bytes)
         except StateTypeError:
             raise
         except Exception as error:  # noqa: BLE001 - becomes a dead letter
@@ -205,7 +235,7 @@ class ReferenceRun:
 
     def _emit_snapshot(self, key: Any, before: Any) -> None:
         if self.store.get(key) != before and key in self._snapshots:
-            self.rows.append(Row("snapshot", describe_key(key), self._snapshots.pop(key)[0]))
+            self.rows.append(Row(Kind.SNAPSHOT.value, describe_key(key), self._snapshots.pop(key)[0]))
 
     def _idle_deadline(self, key: Any, group: list[Record], processing_time_ms: int) -> int | None:
         """A key's deadline after a call with records: last event time (or now) plus the timeout."""
@@ -226,13 +256,8 @@ class ReferenceRun:
         state = driver.begin_call(timing_out)
         try:
             result = self.spec.func(key, arg, state)
-            if result is None:
-                outputs = []
-            elif self.spec.per_record:
-                outputs = result if isinstance(result, list) else [result]
-            else:
-                outputs = list(result)
-            encoded = [checked_size(to_json(o), self.spec.output_limit_bytes, "output") for o in outputs]
+            key_text = describe_key(key)
+            encoded = [output_row(o, key_text, self.spec.output_limit_bytes) for o in as_outputs(result, self.spec.per_record)]
             keeps = driver.exists and (driver.touched or not timing_out)
             text = None
             if keeps:
@@ -241,7 +266,7 @@ class ReferenceRun:
             raise
         except Exception as error:  # noqa: BLE001 - user errors become dead letters
             return error
-        self.rows.extend(Row("output", describe_key(key), o) for o in encoded)
+        self.rows.extend(Row(*row) for row in encoded)
         deadline = None
         if text is None:
             self.store.pop(key, None)
@@ -282,7 +307,7 @@ def run_map_with_state(
     watermark_delay_ms: int = 0,
 ) -> list[Row]:
     """All result rows of ``spec`` over ``batches`` (each a list of ``(key, value, event_time_ms)``)."""
-    run = ReferenceRun(spec, watermark_delay_ms=watermark_delay_ms)
+    run = StateTester(spec, watermark_delay_ms=watermark_delay_ms)
     for index, batch in enumerate(batches):
         run.run_batch(batch, processing_times_ms[index] if processing_times_ms else 0)
     return run.rows
@@ -300,7 +325,7 @@ def run_update_state_by_key(
     watermark_delay_ms: int = 0,
 ) -> list[Row]:
     """``update_state_by_key`` semantics over ``batches``; outputs are the new states as JSON."""
-    spec = StateSpec.batch_function(_state_updater(func)).initial_state(initial_state).state_type(state_type)
+    spec = StateSpec.updater(func).initial_state(initial_state).state_type(state_type)
     if timeout is not None:
         spec = spec.timeout(timeout)
     if event_time:

@@ -1,4 +1,7 @@
-"""Helpers to drive a state query in tests: produce JSON records, run, collect the rows.
+"""Test support for the state API on real Spark: produce JSON records, run a query, collect its rows.
+
+Used by the integration tests only, so it lives here and not in the package (the public way to
+test a state function without Spark is :mod:`streamstate.jobs.state.tester`).
 
 A :class:`RowCollector` runs ONE streaming query on ``StateResult.all`` and keeps every row
 (``kind, key, payload, reason, topic, partition, offset``) in arrival order, batch by batch.

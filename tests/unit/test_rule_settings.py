@@ -1,0 +1,43 @@
+"""Every default of the rules and of ``StateSpec`` comes from ``Settings``, and ``from_settings``
+carries every setting a rule has into it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from streamstate.jobs.rules.anomalies import AnomalyRule
+from streamstate.jobs.rules.sessions import SessionRule
+from streamstate.jobs.state import StateSpec
+from streamstate.settings import Settings, defaults
+
+
+def test_the_rules_defaults_are_the_settings_defaults():
+    assert SessionRule() == SessionRule.from_settings(Settings.model_construct())
+    assert AnomalyRule() == AnomalyRule.from_settings(Settings.model_construct())
+    spec = StateSpec.function(lambda key, value, state: None)
+    assert (spec.bucket_count, spec.hot_key_capacity) == (defaults().state_buckets, defaults().state_hot_keys)
+
+
+def test_the_defaults_ignore_the_environment(monkeypatch):
+    monkeypatch.setenv("STREAMSTATE_SESSION_GAP_MS", "7")
+    assert Settings().session_gap_ms == 7
+    assert defaults().session_gap_ms == Settings.model_fields["session_gap_ms"].default != 7
+
+
+def test_from_settings_takes_every_field_of_a_rule_from_the_settings():
+    settings = Settings(
+        session_gap_ms=1_001,
+        burst_page_views=1_002,
+        burst_window_ms=1_003,
+        long_session_ms=1_004,
+        dedupe_retention_ms=1_005,
+        session_state_ttl_ms=1_006,
+        anomaly_window=1_007,
+        anomaly_threshold=1_008.5,
+        anomaly_min_count=1_009,
+    )
+    for rule, default in ((SessionRule.from_settings(settings), SessionRule()), (AnomalyRule.from_settings(settings), AnomalyRule())):
+        for field in dataclasses.fields(rule):
+            assert getattr(rule, field.name) != getattr(default, field.name), f"{type(rule).__name__}.{field.name} kept its default"
+    assert SessionRule.from_settings(settings).idle_ttl_ms == 1_006
+    assert AnomalyRule.from_settings(settings).threshold == 1_008.5
