@@ -64,9 +64,6 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         # Workers are forked on this machine from the project venv, where the daemon module is
         # installed; a cluster's executors may run an image without it.
         builder = builder.config("spark.python.daemon.module", "streamstate.spark_daemon")
-        # The JVM and its Python workers share this machine: a Unix domain socket instead of
-        # TCP loopback cuts each round trip (the state server's included) by about 40%.
-        builder = builder.config("spark.python.unix.domain.socket.enabled", "true")
     for key, value in _executor_conf(settings).items():
         builder = builder.config(key, value)
     for key, value in conf.items():
