@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamstate.job_registry import job_spec
 from streamstate.production import KafkaBroker, MinioServer, S3Credentials
 from streamstate.profiles import EMBEDDED, Profile
 from streamstate.settings import REPO_ROOT, Settings
@@ -295,9 +296,10 @@ class EmbeddedStack:
             self.start_object_store()
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
-        """job is 'sessions' or 'anomalies'."""
-        proc = self.spawn(f"{job}-job", [sys.executable, "-m", f"streamstate.jobs.{job}_job", *extra])
-        self.say(f"{job} job started (pid {proc.pid}), log {proc.log_path}")
+        """A job declared in :mod:`streamstate.job_registry`, by name; ``extra`` are its options."""
+        spec = job_spec(job)
+        proc = self.spawn(spec.service, [sys.executable, "-m", "streamstate.jobs", spec.name, *extra])
+        self.say(f"{spec.name} job started (pid {proc.pid}), log {proc.log_path}")
         return proc
 
     def start_api(self) -> ManagedProcess:
