@@ -184,10 +184,12 @@ class EmbeddedStack:
     def start_tansu(self, port: int | None = None) -> str:
         port = port or free_port()
         url = f"tcp://127.0.0.1:{port}"
-        self.spawn("broker", [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url])
+        proc = self.spawn("broker", [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url])
         bootstrap = f"127.0.0.1:{port}"
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap})
         try:
+            # A Kafka client created before the broker listens prints "Connection refused" to stderr.
+            _wait_for_port(port, timeout_s=30, alive=proc.alive)
             wait_for_broker(bootstrap)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
