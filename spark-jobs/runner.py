@@ -27,6 +27,8 @@ from typing import Callable, Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from streamstate.cli_common import add_common_options, setting_error, settings_from_args
+from streamstate.job_registry import JobSpec, job_spec
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     StatePartitionsChanged,
@@ -34,8 +36,6 @@ from streamstate.jobs.checkpoints import (
     check_state_buckets,
     check_state_partitions,
 )
-from streamstate.cli_common import add_common_options, setting_error, settings_from_args
-from streamstate.job_registry import JobSpec, job_spec
 from streamstate.jobs.outage import failure_message
 from streamstate.settings import Settings
 
