@@ -3,7 +3,9 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+# Every package and its sha256, resolved from pyproject.toml by `make lock`; installs use nothing else.
+LOCK   := requirements.lock
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) Makefile | cksum | cut -d' ' -f1)
 # embedded (Tansu in memory, local checkpoints) or production (Apache Kafka, Spark's
 # Kafka connector, s3a:// checkpoints in MinIO): `make run PROFILE=production`.
 PROFILE ?= embedded
@@ -11,7 +13,7 @@ PROFILE ?= embedded
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
 
-.PHONY: run test bench setup java spark-pin test-deps deps versions kinesis-server clean
+.PHONY: run test bench setup lock java spark-pin test-deps deps versions kinesis-server clean
 
 run: setup $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
 	$(BIN)/streamstate up --profile $(PROFILE)
@@ -28,8 +30,16 @@ versions: setup                 ## re-render docker-compose.yml and the Dockerfi
 	$(BIN)/python -m streamstate.version_pins
 
 bench: setup                    ## benchmarks: prints a table, writes bench/results.json
-	$(BIN)/pip install -q -e ".[test,bench]"
+	$(BIN)/python infra/locked_requirements.py --extra test --extra bench > $(VENV)/requirements-bench.txt
+	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-bench.txt
 	$(BIN)/python -m bench
+
+lock: setup                     ## re-resolve requirements.lock from pyproject.toml (after changing a pin)
+	$(BIN)/python infra/locked_requirements.py --no-runtime --group lock > $(VENV)/requirements-lock.txt
+	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-lock.txt
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --group build --group lock \
+	  --universal --python-version 3.11 --generate-hashes -o $(LOCK)
+	$(BIN)/python infra/locked_requirements.py --check
 
 setup: java spark-pin $(STAMP)
 
@@ -41,14 +51,18 @@ java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	  [ "$${v:-0}" -ge 17 ] || { echo "error: Java 17 or newer is required by Spark, found Java $$v." >&2; exit 1; }
 
-$(STAMP):
+$(STAMP): $(LOCK)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) is required." >&2; exit 1; }
-	@echo "Installing the project into $(VENV) (first run takes a few minutes)..."
+	@echo "Installing the project into $(VENV) from $(LOCK), every file checked against its hash (first run: a few minutes)..."
 	$(PYTHON) -m venv $(VENV)
-	# setuptools and wheel build the project's wheel that is shipped to cluster executors
-	# (pip wheel --no-build-isolation); Python 3.11's bundled setuptools cannot.
-	$(BIN)/pip install -q --upgrade pip==26.3 setuptools==84.2.1 wheel==0.48.0
-	$(BIN)/pip install -q -e ".[test]"
+	@echo "[1/3] pip, setuptools and wheel: they build the project and the wheel shipped to cluster executors"
+	$(PYTHON) infra/locked_requirements.py --no-runtime --group build > $(VENV)/requirements-build.txt
+	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-build.txt
+	@echo "[2/3] the dependencies and the test tools"
+	$(PYTHON) infra/locked_requirements.py --extra test > $(VENV)/requirements.txt
+	$(BIN)/pip install --require-hashes -r $(VENV)/requirements.txt
+	@echo "[3/3] the project itself (editable, nothing more: its dependencies are in place)"
+	$(BIN)/pip install --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
 test-deps: kinesis-server       ## Debian packages the tests use: prometheus, docker-compose, maven

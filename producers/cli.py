@@ -25,6 +25,7 @@ from streamstate.producers.kafka_writer import ProducerSetupError, ProduceSummar
 from streamstate.kafka_clients import connection
 from streamstate.producers.records import ProducedRecord
 from streamstate.producers.scenario import ScenarioError, read_scenario, write_scenario
+from streamstate.cli_common import add_kafka_options, add_version, settings_from_args
 from streamstate.settings import Settings, get_settings
 
 EXIT_OK, EXIT_DELIVERY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -65,7 +66,8 @@ fraction = _number(float, lambda v: 0.0 <= v <= 1.0, "a fraction between 0 and 1
 
 # --------------------------------------------------------------------------- options
 def _add_connection(parser: argparse.ArgumentParser, settings: Settings) -> None:
-    parser.add_argument("--bootstrap", default=settings.bootstrap_servers, help="Kafka bootstrap servers (default: %(default)s)")
+    add_kafka_options(parser, default_bootstrap=settings.bootstrap_servers)
+    parser.add_argument("--bootstrap", dest="bootstrap_servers", help=argparse.SUPPRESS)  # the flag's former name
     parser.add_argument(
         "--sink", choices=("kafka", "kinesis"), default=settings.source,
         help="send to Kafka topics, or to the Kinesis streams of the same names (default: STREAMSTATE_SOURCE, %(default)s)",
@@ -107,6 +109,7 @@ def build_parser(settings: Settings) -> OneLineParser:
         description="Send generated or recorded user events and metric points to Kafka (no sub-command: demo).",
         epilog="exit codes: 0 all delivered, 1 some deliveries failed, 2 bad input, 130 interrupted twice",
     )
+    add_version(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     for name, add_options, topic in (("events", _add_events, settings.topic_user_events), ("metrics", _add_metrics, settings.topic_metrics)):
@@ -193,6 +196,7 @@ def _install_stop_signals() -> threading.Event:
 
 def _send(
     args: argparse.Namespace,
+    settings: Settings,
     records: Iterable[ProducedRecord],
     topics: Iterable[str],
     rate: float | None,
@@ -201,13 +205,12 @@ def _send(
 ) -> int:
     """Check the broker (or Kinesis) and topics, then produce; stderr gets ``announce``, progress and the summary."""
     if args.sink == "kinesis":
-        settings = get_settings()
         kinesis_writer.check_streams(settings.kinesis_endpoint_url, settings.kinesis_region, topics)
         target = settings.kinesis_endpoint_url or f"Kinesis {settings.kinesis_region}"
-        _say(announce.replace(f"at {args.bootstrap}", f"at {target}").replace(f"to {args.bootstrap}", f"to {target}"))
+        _say(announce.replace(f"at {args.bootstrap_servers}", f"at {target}").replace(f"to {args.bootstrap_servers}", f"to {target}"))
         produce = partial(kinesis_writer.produce_records, settings.kinesis_endpoint_url, settings.kinesis_region)
     else:
-        broker = connection(get_settings(), bootstrap_servers=args.bootstrap)
+        broker = connection(settings, bootstrap_servers=args.bootstrap_servers)
         check_broker(broker, set(topics))
         _say(announce)
         produce = partial(produce_records, broker)
@@ -234,8 +237,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in GENERATED:
         make = _event_generator if args.command == "events" else _metric_generator
         records = _limited(make(args, args.topic), args.count)
-        announce = f"{GENERATED[args.command]} to {args.topic} at {args.bootstrap} (seed {args.seed})"
-        return _send(args, records, [args.topic], args.rate, announce, args.count)
+        announce = f"{GENERATED[args.command]} to {args.topic} at {args.bootstrap_servers} (seed {args.seed})"
+        return _send(args, settings, records, [args.topic], args.rate, announce, args.count)
     if args.command == "replay":
         # A first pass checks every line and learns the topics, so a bad file sends nothing.
         topics = {args.topic} if args.topic else set()
@@ -248,8 +251,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.topic:
             records = (ProducedRecord(args.topic, r.key, r.value, r.malformed_reason, r.kind) for r in records)
         count = min(total, args.count) if args.count else total
-        announce = f"replaying {count:,} records of {args.file} to {args.bootstrap}"
-        return _send(args, _limited(records, args.count), topics, args.rate, announce, count)
+        announce = f"replaying {count:,} records of {args.file} to {args.bootstrap_servers}"
+        return _send(args, settings, _limited(records, args.count), topics, args.rate, announce, count)
     if args.command == "record":
         if not args.events and not args.metrics:
             raise UsageError("record needs --events N and/or --metrics N")
@@ -266,10 +269,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     weights = (max(1, round(args.events_rate)), max(1, round(args.metrics_rate)))
     announce = (
         f"demo: {args.events_rate:g} events/s to {events.topic}, {args.metrics_rate:g} points/s to {metrics.topic} "
-        f"at {args.bootstrap}; Ctrl-C to stop"
+        f"at {args.bootstrap_servers}; Ctrl-C to stop"
     )
     records = interleave([(events, weights[0]), (metrics, weights[1])])
-    return _send(args, records, [events.topic, metrics.topic], args.events_rate + args.metrics_rate, announce)
+    return _send(args, settings, records, [events.topic, metrics.topic], args.events_rate + args.metrics_rate, announce)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -277,12 +280,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     settings = get_settings()
     try:
-        if not arguments or (arguments[0].startswith("-") and arguments[0] not in ("-h", "--help")):
+        top_level = ("-h", "--help", "--version")
+        if not arguments or (arguments[0].startswith("-") and arguments[0] not in top_level):
             arguments.insert(0, "demo")  # no sub-command: the demo mode `make run` uses
-        elif arguments[0] not in SUB_COMMANDS and arguments[0] not in ("-h", "--help"):
+        elif arguments[0] not in SUB_COMMANDS and arguments[0] not in top_level:
             raise UsageError(f"unknown command {arguments[0]!r} (choose from {', '.join(SUB_COMMANDS)})")
         args = build_parser(settings).parse_args(arguments)
-        return run(args, settings)
+        return run(args, settings_from_args(args))
     except (UsageError, ProducerSetupError, ScenarioError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -23,13 +23,10 @@ from streamstate.jobs.kinds import Kind
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.dead_letters import refused_point
-from streamstate.jobs.runner import main_for
+from streamstate.jobs.runner import job_main
 from streamstate.jobs.state import Emit, State, StateSpec
 from streamstate.jobs.validation import dead_letter_row, map_validated, validate
 from streamstate.settings import Settings
-
-DESCRIPTION = "Anomalies job: rolling-window z-score alerts and running statistics per metric series."
-
 
 def on_series(rule: anomalies.AnomalyRule, series_id: str, points: list[dict[str, Any]], state: State):
     """Batch function: fold the series' new values in arrival (offset) order."""
@@ -75,11 +72,8 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
     return state_rows(result, Kind.METRIC_STATE)
 
 
-def input_topics(settings: Settings) -> list[str]:
-    return [settings.topic_metrics]
-
-
-main = main_for("anomalies", DESCRIPTION, build, inputs=input_topics)
+# Declared in streamstate.job_registry (ANOMALIES): this builder, its topics and metrics port.
+main = job_main("anomalies")
 
 if __name__ == "__main__":
     main()

@@ -37,15 +37,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics import MetricWrapperBase
 
 from streamstate.contracts import ClosedSession, DeadLetter
+from streamstate.job_registry import JOBS
 
 log = logging.getLogger(__name__)
 
 # Known label values are created up front so their series exist (at 0) from the first
 # scrape: a rate() over a series that appears only at its first increment loses it.
-ALERT_KINDS_BY_JOB: dict[str, tuple[str, ...]] = {
-    "sessions": ("bot_burst", "purchase_without_view", "long_session"),
-    "anomalies": ("anomaly",),
-}
+ALERT_KINDS_BY_JOB: dict[str, tuple[str, ...]] = {name: spec.alert_kinds for name, spec in JOBS.items()}
+# Jobs emitting closed sessions (the "session" kind of row) also count them by what ended them.
+SESSION_JOBS: frozenset[str] = frozenset(name for name, spec in JOBS.items() if "session" in spec.outputs)
 SESSION_END_REASONS: tuple[str, ...] = typing.get_args(ClosedSession.model_fields["ended_by"].annotation)
 DEAD_LETTER_STAGES: tuple[str, ...] = typing.get_args(DeadLetter.model_fields["stage"].annotation)
 
@@ -248,7 +248,7 @@ class JobMetrics:
             self.alerts.labels(kind=kind)
         for stage in DEAD_LETTER_STAGES:
             self.dead_letters.labels(stage=stage)
-        if job == "sessions":
+        if job in SESSION_JOBS:
             for reason in SESSION_END_REASONS:
                 self.sessions_closed.labels(ended_by=reason)
         self._up.labels(job=job).set(0)

@@ -10,30 +10,24 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Callable
+from typing import Callable, Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from streamstate.job_registry import JOBS
 from streamstate.jobs.kafka import write_kafka
 from streamstate.jobs.kinds import Kind
 from streamstate.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# kind -> the Settings field naming its topic
-TOPIC_OF_KIND = {
-    Kind.ALERT: "topic_alerts",
-    Kind.SESSION: "topic_sessions",
-    Kind.SESSION_STATE: "topic_session_state",
-    Kind.METRIC_STATE: "topic_metric_state",
-    Kind.DEAD_LETTER: "topic_dead_letters",
-    Kind.EVENT_COUNT: "topic_event_counts",
-}
+# kind -> the Settings field naming its topic, over every declared job (streamstate.job_registry)
+TOPIC_OF_KIND = {Kind(kind): field for spec in JOBS.values() for kind, field in spec.outputs.items()}
 
 
-def topic_for(kind: str, settings: Settings) -> str:
-    return getattr(settings, TOPIC_OF_KIND[kind])
+def topic_for(kind: str, settings: Settings, outputs: Mapping[str, str] = TOPIC_OF_KIND) -> str:
+    return getattr(settings, outputs[kind])
 
 
 def batch_router(
@@ -41,11 +35,14 @@ def batch_router(
     metrics=None,
     on_batch: Callable[[int, dict[str, int]], None] | None = None,
     before_batch: Callable[[], None] | None = None,
+    outputs: Mapping[str, str] | None = None,
 ):
     """A ``foreachBatch`` function writing each kind of row to its topic.
 
-    ``before_batch`` runs first in every batch (the input-topic identity check): raising
-    there fails the batch before anything of it is written or committed."""
+    ``outputs`` (kind -> Settings field of its topic) are the kinds the job declared; a row of
+    any other kind fails the batch. ``before_batch`` runs first in every batch (the input-topic
+    identity check): raising there fails the batch before anything of it is written or committed."""
+    outputs = TOPIC_OF_KIND if outputs is None else outputs
 
     # Sessions opened minus closed since this process started: the gauge cannot know what was
     # open before a restart without scanning every key's state.
@@ -70,20 +67,23 @@ def batch_router(
             counts: dict[str, int] = {}
             for row in summary:
                 counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
-            unknown = set(counts) - set(TOPIC_OF_KIND) - {Kind.COUNT}
+            unknown = set(counts) - set(outputs) - {Kind.COUNT}
             if unknown:
-                raise ValueError(f"rows of unknown kind {sorted(unknown)} in batch {batch_id}")
+                raise ValueError(
+                    f"rows of kind {sorted(unknown)} in batch {batch_id}: not among the job's declared outputs "
+                    f"{sorted(outputs)} (streamstate/job_registry.py)"
+                )
             for kind, n in sorted(counts.items()):
                 if kind == Kind.COUNT:
                     continue
-                topic = topic_for(kind, settings)
+                topic = topic_for(kind, settings, outputs)
                 written = write_kafka(
                     batch.filter(F.col("kind") == kind).select("key", F.col("payload").alias("value")), settings, topic=topic
                 )
                 if written != n:
                     raise RuntimeError(f"batch {batch_id}: wrote {written} of {n} {kind} records to {topic}")
             if metrics is not None:
-                open_sessions["value"] += metrics_update(metrics, settings, summary)
+                open_sessions["value"] += metrics_update(metrics, settings, summary, outputs)
                 metrics.sessions_open.set(max(0, open_sessions["value"]))
                 if counts.get(Kind.EVENT_COUNT):
                     _set_window_counts(metrics, batch)
@@ -95,7 +95,7 @@ def batch_router(
     return route
 
 
-def metrics_update(metrics, settings: Settings, summary) -> int:
+def metrics_update(metrics, settings: Settings, summary, outputs: Mapping[str, str] = TOPIC_OF_KIND) -> int:
     """Count a batch's rows into the job metrics; returns sessions opened minus closed."""
     open_delta = 0
     for row in summary:
@@ -108,7 +108,7 @@ def metrics_update(metrics, settings: Settings, summary) -> int:
             elif row["counter"] == "duplicate_events":
                 metrics.duplicate_events.inc(row["total"] or 0)
             continue
-        metrics.records_out.labels(topic=topic_for(kind, settings)).inc(n)
+        metrics.records_out.labels(topic=topic_for(kind, settings, outputs)).inc(n)
         if kind == Kind.DEAD_LETTER:
             metrics.dead_letters.labels(stage=row["stage"] or "state").inc(n)
         elif kind == Kind.ALERT and row["alert_kind"]:

@@ -1,7 +1,8 @@
-"""Command line and lifecycle shared by the two jobs: settings, Spark, metrics, one query.
+"""Command line and lifecycle shared by the jobs: settings, Spark, metrics, the queries.
 
-A job is a function ``build(spark, settings) -> DataFrame`` of (kind, key, payload)
-rows; the runner starts the streaming query that routes those rows to Kafka, exports
+A job is declared once in :mod:`streamstate.job_registry`: a function ``build(spark,
+settings) -> DataFrame`` of (kind, key, payload) rows, its extra queries, inputs and
+outputs. The runner starts the streaming queries that route those rows to Kafka, exports
 metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets and state
 are committed together) and exits non-zero with the error when the query fails.
 
@@ -21,11 +22,13 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from streamstate.cli_common import add_common_options, setting_error, settings_from_args
+from streamstate.job_registry import JobSpec, job_spec
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     StatePartitionsChanged,
@@ -39,8 +42,6 @@ from streamstate.settings import Settings
 log = logging.getLogger("streamstate.jobs")
 
 JobBuilder = Callable[[SparkSession, Settings], DataFrame]
-# The topics a job reads, from its settings (checked against the checkpoint each batch).
-InputTopics = Callable[[Settings], list[str]]
 
 # How lost input shows in a failed query: our SourceResetError (topic id changed), or a Kafka
 # source's data-loss error, which always names the failOnDataLoss option (ours and Spark's).
@@ -50,19 +51,20 @@ SOURCE_RESET_MARKERS = ("SourceResetError", "failOnDataLoss")
 def is_source_reset(error: object) -> bool:
     text = str(error)
     return any(marker in text for marker in SOURCE_RESET_MARKERS)
-# name -> (builder of (kind, key, payload) rows, output mode): secondary queries of a job
-ExtraQueries = dict[str, tuple[JobBuilder, str]]
 
 
-def parse_args(job: str, description: str, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
+def parse_args(spec: JobSpec, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(
-        prog=f"streamstate-{job}-job",
-        description=description,
+        prog=spec.command,
+        description=spec.description,
         epilog="Every option defaults to its STREAMSTATE_* setting (see README, Configuration).",
     )
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
-    parser.add_argument("--master", help="Spark master URL: local[N], spark://host:7077, k8s://...")
-    parser.add_argument("--checkpoint", help=f"checkpoint location (default: <checkpoint_root>/{job})")
+    add_common_options(parser)
+    parser.add_argument(
+        "--master",
+        help="Spark master URL: local[N], spark://host:7077, k8s://... (under spark-submit, spark-submit's --master applies)",
+    )
+    parser.add_argument("--checkpoint", help=f"checkpoint location (default: <checkpoint_root>/{spec.name})")
     parser.add_argument("--trigger", help="micro-batch interval, e.g. '2 seconds'")
     parser.add_argument(
         "--available-now",
@@ -74,17 +76,16 @@ def parse_args(job: str, description: str, argv: list[str] | None) -> tuple[argp
     parser.add_argument("--metrics-port", type=int, help="port of the job's Prometheus /metrics (0: none)")
     args = parser.parse_args(argv)
     overrides = {
-        "bootstrap_servers": args.bootstrap_servers,
         "spark_master": args.master,
         "trigger_interval": args.trigger,
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
         "shuffle_partitions": args.shuffle_partitions,
-        f"{job}_metrics_port": args.metrics_port,
+        spec.metrics_port: args.metrics_port,
     }
     try:
-        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = settings_from_args(args, **overrides)
     except ValueError as exc:
-        parser.error(" ".join(str(exc).split()))
+        parser.error(setting_error(exc))
     return args, settings
 
 
@@ -98,13 +99,15 @@ def start_query(
     metrics=None,
     output_mode: str = "append",
     input_topics: list[str] | None = None,
+    outputs: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
     """Start one of a job's streaming queries (also used in-process by the tests).
 
     Raises :class:`StatePartitionsChanged` when ``checkpoint`` was written with a state
     partition count other than ``settings.shuffle_partitions`` (Spark would silently keep the old one).
     With ``input_topics``, every batch first checks that they are still the topics the
-    checkpoint read (:class:`TopicIdentity`).
+    checkpoint read (:class:`TopicIdentity`). ``outputs`` (kind -> Settings field of its
+    topic, a job's declared outputs) limits what the rows may be; default: every job's kinds.
     """
     from streamstate.jobs.routing import batch_router
 
@@ -118,27 +121,31 @@ def start_query(
         .writeStream.queryName(job)
         .outputMode(output_mode)
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings, metrics, before_batch=identity))
+        .foreachBatch(batch_router(settings, metrics, before_batch=identity, outputs=outputs))
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     return writer.start()
 
 
-def _checkpoints(job_checkpoint: str, extra: ExtraQueries | None) -> list[str]:
+def _checkpoints(spec: JobSpec, job_checkpoint: str) -> list[str]:
     """The checkpoints of the job's queries: its own, then one per extra query."""
-    return [job_checkpoint, *(f"{job_checkpoint}-{name}" for name in (extra or {}))]
+    return [job_checkpoint, *(f"{job_checkpoint}-{extra.name}" for extra in spec.extra_queries)]
 
 
-def _run_queries(spark, settings, job, build, extra, checkpoint, available_now, metrics, stop_requested, topics):
+def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested, topics):
     """Run the job's queries until stopped, drained (availableNow) or failed; returns the failures."""
     query = start_query(
-        spark, settings, job, build, checkpoint, available_now=available_now, metrics=metrics, input_topics=topics
+        spark, settings, spec.name, spec.load_builder(), checkpoint, available_now=available_now, metrics=metrics,
+        input_topics=topics, outputs=spec.outputs,
     )
     secondary = [
-        start_query(spark, settings, name, builder, f"{checkpoint}-{name}", available_now, metrics, mode, topics)
-        for name, (builder, mode) in (extra or {}).items()
+        start_query(
+            spark, settings, extra.name, extra.load_builder(), f"{checkpoint}-{extra.name}", available_now, metrics,
+            extra.output_mode, topics, spec.outputs,
+        )
+        for extra in spec.extra_queries
     ]
-    log.info("query %s started: checkpoint %s, broker %s", job, checkpoint, settings.bootstrap_servers)
+    log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     queries = [query, *secondary]
     try:
         # availableNow: wait for every query to drain; otherwise any query ending ends the run.
@@ -175,22 +182,15 @@ def _source_reset(spark, settings, failures, checkpoints: list[str]) -> bool:
     return True
 
 
-def run_job(
-    job: str,
-    description: str,
-    build: JobBuilder,
-    extra: ExtraQueries | None = None,
-    argv: list[str] | None = None,
-    inputs: InputTopics | None = None,
-) -> int:
-    args, settings = parse_args(job, description, argv)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {job}-job %(levelname)s %(message)s")
+def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
+    args, settings = parse_args(spec, argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {spec.service} %(levelname)s %(message)s")
     from streamstate.jobs.metrics import JobMetrics
     from streamstate.jobs.spark import build_spark
 
-    checkpoint = args.checkpoint or settings.checkpoint(job)
-    spark = build_spark(settings, app_name=f"streamstate-{job}")
-    metrics = JobMetrics(job=job, port=getattr(settings, f"{job}_metrics_port"))
+    checkpoint = args.checkpoint or settings.checkpoint(spec.name)
+    spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
+    metrics = JobMetrics(job=spec.name, port=spec.port(settings))
     metrics.attach(spark)
     stop_requested = threading.Event()
 
@@ -201,17 +201,15 @@ def run_job(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     # Topic ids are a Kafka notion; a Kinesis source checks its shards' lineage itself.
-    topics = inputs(settings) if inputs is not None and settings.source == "kafka" else None
+    topics = spec.input_topics(settings) if settings.source == "kafka" else None
     try:
         attempt = 0
         while attempt <= settings.job_max_restarts:
-            failures = _run_queries(
-                spark, settings, job, build, extra, checkpoint, args.available_now, metrics, stop_requested, topics
-            )
+            failures = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, topics)
             if not failures or stop_requested.is_set():
                 break
             if any(is_source_reset(error) for _, error in failures):
-                if not _source_reset(spark, settings, failures, _checkpoints(checkpoint, extra)):
+                if not _source_reset(spark, settings, failures, _checkpoints(spec, checkpoint)):
                     return 2
                 attempt += 1  # starting over counts as a restart: lost input again and again ends the job
                 continue
@@ -240,14 +238,14 @@ def run_job(
     finally:
         metrics.close()
         spark.stop()
-    log.info("query %s stopped", job)
+    log.info("query %s stopped", spec.name)
     return 0
 
 
-def main_for(
-    job: str, description: str, build: JobBuilder, extra: ExtraQueries | None = None, inputs: InputTopics | None = None
-) -> Callable[[], None]:
+def job_main(name: str) -> Callable[[], None]:
+    """The console script of the declared job ``name`` (``streamstate-<name>-job``)."""
+
     def main() -> None:
-        sys.exit(run_job(job, description, build, extra, inputs=inputs))
+        sys.exit(run_job(job_spec(name)))
 
     return main

@@ -24,13 +24,10 @@ from streamstate.jobs.kinds import Kind
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.dead_letters import refused_event
-from streamstate.jobs.runner import main_for
+from streamstate.jobs.runner import job_main
 from streamstate.jobs.state import Emit, State, StateSpec
 from streamstate.jobs.validation import dead_letter_row, good_rows, map_validated, validate
 from streamstate.settings import Settings
-
-DESCRIPTION = "Sessions job: per-user sessions, behaviour and alerts from the user-events topic."
-
 
 def _arrivals(events: list[dict[str, Any]]):
     # Arrival (offset) order, so that the first of two copies of an event wins.
@@ -114,13 +111,8 @@ def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-EXTRA_QUERIES = {"event-counts": (event_counts, "update")}
-
-def input_topics(settings: Settings) -> list[str]:
-    return [settings.topic_user_events]
-
-
-main = main_for("sessions", DESCRIPTION, build, EXTRA_QUERIES, inputs=input_topics)
+# Declared in streamstate.job_registry (SESSIONS): this builder, the event-counts query, topics, port.
+main = job_main("sessions")
 
 if __name__ == "__main__":
     main()

@@ -1,15 +1,27 @@
 """Building the SparkSession the jobs and tests share: RocksDB state, loopback, quiet logs,
-the extra jars and the S3A configuration of the production profile."""
+the extra jars and the S3A configuration of the production profile.
+
+The master is the one Spark was given when it was given one (:func:`master_to_set`):
+``spark-submit --master`` and the other ways Spark itself takes a master are honoured, so
+the cluster recipe of docs/cluster.md runs where it says; the ``spark_master`` setting
+(``STREAMSTATE_SPARK_MASTER``, the jobs' ``--master``, default ``local[2]``) applies when the
+job starts Spark itself.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 import sys
+from typing import Mapping
 
 from pyspark.sql import SparkSession
 
-from streamstate.jobs.cluster import ship_code
+from streamstate.jobs.cluster import is_local_master, ship_code
 from streamstate.settings import Settings
+
+log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -26,14 +38,58 @@ def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
+def _launch_options_name_master(submit_args: str) -> bool:
+    try:
+        words = shlex.split(submit_args)
+    except ValueError:
+        return False
+    return any(w == "--master" or w.startswith(("--master=", "spark.master=")) for w in words)
+
+
+def master_to_set(settings: Settings, environ: Mapping[str, str], conf: Mapping[str, str]) -> str | None:
+    """The master :func:`build_spark` sets, or None to keep the one Spark was given.
+
+    Spark was given one when this driver was started by ``spark-submit`` (its Python process
+    then finds ``PYSPARK_GATEWAY_PORT``; spark-submit chose from its ``--master``, ``--conf
+    spark.master``, ``spark-defaults.conf`` and ``MASTER``, as for any PySpark application),
+    when ``conf`` has ``spark.master``, or when the options PySpark launches its JVM with
+    (``PYSPARK_SUBMIT_ARGS``) name one. Spark's ``MASTER`` variable counts unless the setting
+    was given explicitly (``STREAMSTATE_SPARK_MASTER`` or ``--master``).
+    """
+    if "spark.master" in conf or "PYSPARK_GATEWAY_PORT" in environ:
+        return None
+    if _launch_options_name_master(environ.get("PYSPARK_SUBMIT_ARGS", "")):
+        return None
+    if environ.get("MASTER") and "spark_master" not in settings.model_fields_set:
+        return None
+    return settings.spark_master
+
+
+def _given_master(conf: Mapping[str, str]) -> str:
+    """The master Spark was given (see :func:`master_to_set`), read from its launch configuration."""
+    if "spark.master" in conf:
+        return conf["spark.master"]
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # noqa: SLF001 - joins spark-submit's JVM, or starts one with the launch options
+    return SparkConf().get("spark.master", "local[*]")
+
+
 def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) -> SparkSession:
     # Python workers must run the same interpreter (the project venv) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = {key.replace("__", "."): value for key, value in conf.items()}
+    master = master_to_set(settings, os.environ, conf)
+    if master is None:
+        master = _given_master(conf)
+        if "spark_master" in settings.model_fields_set and settings.spark_master != master:
+            log.warning("Spark was given the master %s (spark-submit, spark.master or MASTER); the spark_master "
+                        "setting %s does not apply", master, settings.spark_master)
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(settings.spark_master)
+        .master(master)
         .config("spark.driver.host", settings.spark_driver_host)
         # On a cluster the executors connect back to the driver: listen on every interface
         # unless the advertised host is loopback (the embedded stack and tests).
@@ -60,18 +116,18 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config("spark.jars", settings.spark_jars)
     for key, value in s3a_conf(settings).items():
         builder = builder.config(key, value)
-    if settings.spark_master.startswith("local"):
+    if is_local_master(master):
         # Workers are forked on this machine from the project venv, where the daemon module is
         # installed; a cluster's executors may run an image without it.
         builder = builder.config("spark.python.daemon.module", "streamstate.spark_daemon")
     for key, value in _executor_conf(settings).items():
         builder = builder.config(key, value)
     for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer")
-    ship_code(spark, settings)
+    ship_code(spark, settings.model_copy(update={"spark_master": spark.sparkContext.master}))
     return spark
 
 

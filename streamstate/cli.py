@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
+from streamstate.cli_common import add_kafka_options, add_version, setting_error, settings_from_args
+from streamstate.job_registry import JOBS
 from streamstate.profiles import PROFILES
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.kafka_clients import masked_json, reason, wait_for_broker
@@ -30,12 +32,7 @@ Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def _settings_for(args: argparse.Namespace) -> Settings:
-    overrides = {}
-    if getattr(args, "bootstrap_servers", None):
-        overrides["bootstrap_servers"] = args.bootstrap_servers
-    if getattr(args, "topics_file", None):
-        overrides["topics_file"] = args.topics_file
-    return Settings(**overrides)
+    return settings_from_args(args, topics_file=getattr(args, "topics_file", None))
 
 
 def _reach_broker(settings: Settings, timeout_s: float) -> None:
@@ -111,8 +108,19 @@ def show_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def list_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    """The declared jobs (streamstate/job_registry.py): what each reads, writes and serves."""
+    for name, spec in JOBS.items():
+        outputs = ", ".join(f"{kind} -> {topic}" for kind, topic in spec.output_topics(settings).items())
+        queries = ", ".join([name, *(extra.name for extra in spec.extra_queries)])
+        print(f"{name}\t{spec.description}")
+        print(f"\treads {', '.join(spec.input_topics(settings))}; writes {outputs}")
+        print(f"\tqueries {queries}; metrics port {spec.port(settings)} ({spec.metrics_port}); command {spec.command}")
+    return 0
+
+
 def _add_broker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings).")
+    add_kafka_options(parser)
     parser.add_argument("--topics-file", help="Topic definition file (default: settings).")
     parser.add_argument(
         "--wait", type=float, default=60.0, metavar="SECONDS", help="How long to wait for the broker (default 60)."
@@ -122,6 +130,7 @@ def _add_broker_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; a sub-command stores its function as ``command``."""
     parser = argparse.ArgumentParser(prog="streamstate", description="Operate the streamstate pipeline.")
+    add_version(parser)
     commands = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
 
     topics = commands.add_parser("topics", help="Kafka topics from infra/kafka/topics.toml.")
@@ -149,7 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser("config", help="Print the settings (STREAMSTATE_* variables) in effect.")
     config.add_argument("--markdown", action="store_true", help="The defaults as the README's Markdown table.")
+    add_kafka_options(config)
     config.set_defaults(command=show_config)
+
+    jobs = commands.add_parser("jobs", help="List the declared jobs: their topics, queries and metrics ports.")
+    jobs.set_defaults(command=list_jobs)
     return parser
 
 
@@ -161,9 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings_for(args)
         return args.command(args, settings)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = f"invalid setting {where}: {first['msg']}"
+        message = setting_error(exc)
     except (CommandError, KafkaException) as exc:
         message = reason(exc)
     print(f"error: {message}", file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamstate.job_registry import JOBS
 from streamstate.settings import REPO_ROOT, Settings
 
 COMPOSE_CONFIG_PATH = REPO_ROOT / "infra" / "prometheus" / "prometheus.yml"
@@ -23,17 +24,17 @@ COMPOSE_ALERT_RULES = "/etc/prometheus/alerts.yml"
 DASHBOARDS_DIR = REPO_ROOT / "infra" / "grafana" / "dashboards"
 DATASOURCE_UID = "prometheus"
 
-# Scrape job name -> whether the target's own ``job`` label wins. The Spark jobs label
-# every metric with their job name (streamstate.jobs.metrics); the scrape job names
-# equal those labels, so series look the same whichever way a label got there.
-SCRAPE_JOBS: dict[str, bool] = {"prometheus": False, "api": False, "sessions": True, "anomalies": True}
+# Scrape job name -> whether the target's own ``job`` label wins. The Spark jobs (declared in
+# streamstate.job_registry) label every metric with their job name (streamstate.jobs.metrics);
+# the scrape job names equal those labels, so series look the same whichever way a label got there.
+SCRAPE_JOBS: dict[str, bool] = {"prometheus": False, "api": False, **{name: True for name in JOBS}}
 
-# Compose service names and ports (docker-compose.yml).
+# Compose service names and ports (docker-compose.yml): a job's service is named <job>-job
+# and serves /metrics on its setting's default port.
 COMPOSE_TARGETS: dict[str, str] = {
     "prometheus": "localhost:9090",
     "api": "api:8000",
-    "sessions": "sessions-job:9101",
-    "anomalies": "anomalies-job:9102",
+    **{name: f"{spec.service}:{spec.default_port()}" for name, spec in JOBS.items()},
 }
 
 
@@ -71,8 +72,7 @@ def embedded_targets(settings: Settings) -> dict[str, str]:
     return {
         "prometheus": f"127.0.0.1:{settings.prometheus_port}",
         "api": f"{_loopback(settings.api_host)}:{settings.api_port}",
-        "sessions": f"127.0.0.1:{settings.sessions_metrics_port}",
-        "anomalies": f"127.0.0.1:{settings.anomalies_metrics_port}",
+        **{name: f"127.0.0.1:{spec.port(settings)}" for name, spec in JOBS.items()},
     }
 
 

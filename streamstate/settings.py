@@ -60,7 +60,11 @@ class Settings(BaseSettings):
     kinesis_region: str = Field("us-east-1", description="AWS region of the Kinesis streams.")
 
     # --- Spark -----------------------------------------------------------------
-    spark_master: str = Field("local[2]", description="Spark master URL (local[N], spark://, k8s://).")
+    spark_master: str = Field(
+        "local[2]",
+        description="Spark master URL (local[N], spark://, k8s://) of a job that starts Spark itself; under spark-submit, "
+        "spark-submit's master applies.",
+    )
     spark_driver_host: str = Field(
         "127.0.0.1",
         description="Address the executors reach the driver at (the job container's name on a cluster).",

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamstate.job_registry import job_spec
 from streamstate.production import KafkaBroker, MinioServer, S3Credentials
 from streamstate.profiles import EMBEDDED, Profile
 from streamstate.settings import REPO_ROOT, Settings
@@ -185,10 +186,12 @@ class EmbeddedStack:
     def start_tansu(self, port: int | None = None) -> str:
         port = port or free_port()
         url = f"tcp://127.0.0.1:{port}"
-        self.spawn("broker", [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url])
+        proc = self.spawn("broker", [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url])
         bootstrap = f"127.0.0.1:{port}"
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap})
         try:
+            # A Kafka client created before the broker listens prints "Connection refused" to stderr.
+            _wait_for_port(port, timeout_s=30, alive=proc.alive)
             wait_for_broker(self.settings)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
@@ -306,9 +309,10 @@ class EmbeddedStack:
             self.start_object_store()
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
-        """job is 'sessions' or 'anomalies'."""
-        proc = self.spawn(f"{job}-job", [sys.executable, "-m", f"streamstate.jobs.{job}_job", *extra])
-        self.say(f"{job} job started (pid {proc.pid}), log {proc.log_path}")
+        """A job declared in :mod:`streamstate.job_registry`, by name; ``extra`` are its options."""
+        spec = job_spec(job)
+        proc = self.spawn(spec.service, [sys.executable, "-m", "streamstate.jobs", spec.name, *extra])
+        self.say(f"{spec.name} job started (pid {proc.pid}), log {proc.log_path}")
         return proc
 
     def start_api(self) -> ManagedProcess:

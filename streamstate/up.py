@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 
+from streamstate.job_registry import JOBS
 from streamstate.profiles import EMBEDDED, Profile
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack, free_port
@@ -42,7 +43,7 @@ def _port_free(port: int) -> bool:
 def _free_ports(settings: Settings) -> Settings:
     """Keep the configured ports where they are free; move the busy ones, and say so."""
     moved = {}
-    for field in ("api_port", "sessions_metrics_port", "anomalies_metrics_port", "prometheus_port"):
+    for field in ("api_port", *(spec.metrics_port for spec in JOBS.values()), "prometheus_port"):
         port = getattr(settings, field)
         if port and not _port_free(port):
             moved[field] = free_port()
@@ -72,9 +73,10 @@ def _status_line(settings: Settings) -> str:
 
 
 def input_streams(settings: Settings) -> dict[str, int]:
-    """The Kinesis streams of ``source=kinesis``: the input topics' names, with their partition counts as shards."""
+    """The Kinesis streams of ``source=kinesis``: the jobs' input topics' names, with their partition counts as shards."""
     counts = {t.name: t.partitions for t in load_topics(settings.topics_file, settings.partitions)}
-    return {name: counts.get(name, 4) for name in (settings.topic_user_events, settings.topic_metrics)}
+    inputs = dict.fromkeys(topic for spec in JOBS.values() for topic in spec.input_topics(settings))
+    return {name: counts.get(name, 4) for name in inputs}
 
 
 def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile: Profile = EMBEDDED) -> int:
@@ -90,8 +92,8 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
             stack.start_kinesis(streams=input_streams(settings))
         stack.say(stack.prepare_checkpoints())
         if jobs:
-            stack.start_job("sessions")
-            stack.start_job("anomalies")
+            for name in JOBS:
+                stack.start_job(name)
         stack.start_api()
         stack.start_prometheus()
         if producers:
@@ -102,10 +104,11 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
                 [
                     "",
                     "streamstate is running. Where to look:",
+                    f"  Kafka broker    {s.bootstrap_servers}  (e.g. streamstate topics list --bootstrap-servers {s.bootstrap_servers})",
                     f"  API docs        http://{s.api_host}:{s.api_port}/docs",
                     f"  recent alerts   http://{s.api_host}:{s.api_port}/alerts",
                     f"  active sessions http://{s.api_host}:{s.api_port}/sessions?active=true",
-                    f"  job metrics     http://127.0.0.1:{s.sessions_metrics_port}/metrics  http://127.0.0.1:{s.anomalies_metrics_port}/metrics",
+                    "  job metrics     " + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in JOBS.items()),
                     f"  logs            {stack.workdir / 'logs'}",
                     f"  checkpoints     {s.checkpoint_root}",
                     "Jobs take ~20 s to start Spark; alerts follow within a minute. Ctrl-C stops everything.",

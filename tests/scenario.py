@@ -197,13 +197,16 @@ def collect_outputs(
 
 
 def start_jobs_in_process(spark, settings: Settings) -> list:
-    """Both jobs as queries of the shared SparkSession (sessions first)."""
-    from streamstate.jobs import anomalies_job, sessions_job
+    """Every declared job's main query on the shared SparkSession (sessions first)."""
+    from streamstate.job_registry import JOBS
     from streamstate.jobs.runner import start_query
 
     return [
-        start_query(spark, settings, job, module.build, settings.checkpoint(job), input_topics=module.input_topics(settings))
-        for job, module in (("sessions", sessions_job), ("anomalies", anomalies_job))
+        start_query(
+            spark, settings, name, spec.load_builder(), settings.checkpoint(name),
+            input_topics=spec.input_topics(settings), outputs=spec.outputs,
+        )
+        for name, spec in JOBS.items()
     ]
 
 

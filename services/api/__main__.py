@@ -1,9 +1,10 @@
 """``streamstate-api`` / ``python -m streamstate.api``: serve the snapshot API.
 
-    streamstate-api [--host HOST] [--port PORT] [--bootstrap-servers SERVERS] [--version]
+    streamstate-api [--host HOST] [--port PORT] [--bootstrap-servers SERVERS] [-X KEY=VALUE] [--version]
 
 Flags as uvicorn's (``--host``, ``--port``) and as the project's other commands
-(``--bootstrap-servers``); each overrides its setting (``STREAMSTATE_API_HOST``, ...).
+(``--bootstrap-servers``, ``-X``, ``--version``: :mod:`streamstate.cli_common`); each
+overrides its setting (``STREAMSTATE_API_HOST``, ...).
 
 Server stack, chosen by measurement (docs/api-store.md, "Serving"): one uvicorn process
 with the uvloop event loop and the httptools HTTP parser. Responses are stored bytes
@@ -18,18 +19,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import uvicorn
 
+from streamstate.cli_common import add_common_options, setting_error, settings_from_args
 from streamstate.settings import Settings
-
-
-def _version() -> str:
-    try:
-        return version("streamstate")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,19 +33,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--host", help="Bind socket to this host (default: STREAMSTATE_API_HOST, 127.0.0.1).")
     parser.add_argument("--port", type=int, help="Bind socket to this port (default: STREAMSTATE_API_PORT, 8000).")
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: settings).")
-    parser.add_argument("--version", action="version", version=f"streamstate-api {_version()}")
+    add_common_options(parser)
     return parser.parse_args(argv)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {"api_host": args.host, "api_port": args.port, "bootstrap_servers": args.bootstrap_servers}
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    return settings_from_args(args, api_host=args.host, api_port=args.port)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the API until SIGINT/SIGTERM (the lifespan stops the follower and closes the store)."""
-    settings = settings_from(parse_args(argv))
+    try:
+        settings = settings_from(parse_args(argv))
+    except ValueError as exc:
+        print(f"streamstate-api: error: {setting_error(exc)}", file=sys.stderr)
+        sys.exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streamstate.api.app import create_app
     from streamstate.api.store import StoreUnavailable

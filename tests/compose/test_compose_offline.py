@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from streamstate.job_registry import JOBS
 from streamstate.observability import COMPOSE_TARGETS
 from streamstate.settings import REPO_ROOT
 from tests.compose.compose_files import (
@@ -191,7 +192,8 @@ def test_dependencies_wait_for_health_or_completion():
 
 
 def test_jobs_run_on_the_standalone_cluster_with_s3a_checkpoints():
-    for job in ("sessions-job", "anomalies-job"):
+    for job in (spec.service for spec in JOBS.values()):
+        assert job in SERVICES, f"the declared job {job} has no compose service"
         environment = SERVICES[job]["environment"]
         assert environment["STREAMSTATE_SPARK_MASTER"] == "spark://spark-master:7077"
         assert environment["STREAMSTATE_CHECKPOINT_ROOT"].startswith("s3a://")

@@ -10,14 +10,14 @@ import re
 
 import pytest
 
-from streamstate.jobs import anomalies_job, sessions_job
+from streamstate.job_registry import JOBS
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("job", [sessions_job, anomalies_job], ids=["sessions", "anomalies"])
+@pytest.mark.parametrize("job", JOBS.values(), ids=list(JOBS))
 def test_job_reads_its_topic_once(spark, settings, job):
-    plan = job.build(spark, settings)._jdf.queryExecution().logical().toString()
+    plan = job.load_builder()(spark, settings)._jdf.queryExecution().logical().toString()
     assert len(re.findall(r"\bStreamingRelationV2\b", plan)) == 1
     assert "Deduplicate" not in plan, "duplicates are dropped in the session state, not by a second state store"
 
