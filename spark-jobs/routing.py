@@ -23,7 +23,7 @@ from streamstate.settings import Settings
 log = logging.getLogger(__name__)
 
 # kind -> the Settings field naming its topic, over every declared job (streamstate.job_registry)
-TOPIC_OF_KIND = {Kind(kind): field for spec in JOBS.values() for kind, field in spec.outputs.items()}
+TOPIC_OF_KIND = {kind: field for spec in JOBS.values() for kind, field in spec.outputs.items()}
 
 
 def topic_for(kind: str, settings: Settings, outputs: Mapping[str, str] = TOPIC_OF_KIND) -> str:
