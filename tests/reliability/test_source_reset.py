@@ -54,14 +54,14 @@ def test_a_recreated_topic_stops_the_job_or_is_read_from_its_start(pipeline_stac
 
     produce_json(bootstrap, metrics_topic, points("s", 50, 1_700_000_000_000, 0.0), key_field="series_id")
     job = stack.start_job("anomalies")
-    wait_until(lambda: latest(bootstrap, settings.topic_metric_state, "s") == (50, 0.0), 180, f"the first run:\n{job.tail()}")
+    wait_until(lambda: latest(bootstrap, settings.topic_metric_state, "s") == (50, 0.0), 300, f"the first run:\n{job.tail()}")
     job.stop()
 
     recreate(bootstrap, metrics_topic)
     produce_json(bootstrap, metrics_topic, points("s", 120, 1_700_100_000_000, 100.0), key_field="series_id")
 
     job = stack.start_job("anomalies")
-    wait_until(lambda: not job.alive(), 180, f"the job to stop on the recreated topic:\n{job.tail()}")
+    wait_until(lambda: not job.alive(), 300, f"the job to stop on the recreated topic:\n{job.tail()}")
     assert job.popen.returncode == 2, job.tail(60)
     log = job.tail(200)
     assert "was deleted and created again" in log and "STREAMSTATE_ON_SOURCE_RESET=start-over" in log, log
@@ -71,7 +71,7 @@ def test_a_recreated_topic_stops_the_job_or_is_read_from_its_start(pipeline_stac
     job = stack.start_job("anomalies")
     # A fresh state from the new topic's first record: 120 values, all >= 100 (reading on from the
     # old offsets would add only the last 70 to the old state, whose minimum is 0).
-    wait_until(lambda: latest(bootstrap, settings.topic_metric_state, "s") == (120, 100.0), 180, f"starting over:\n{job.tail()}")
+    wait_until(lambda: latest(bootstrap, settings.topic_metric_state, "s") == (120, 100.0), 300, f"starting over:\n{job.tail()}")
     assert job.alive(), job.tail(40)
     assert "moved to" in job.tail(400)
     job.stop()
