@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from streamstate.jobs.kafka.offsets import EARLIEST, Offsets, describe, offsets_from_json
+from streamstate.jobs.source_options import boolean, positive_int
 from streamstate.kafka_clients import MANAGED_KEYS, SPARK_PREFIX, from_spark_options
 
 CLIENT_PREFIX = SPARK_PREFIX
@@ -105,20 +106,9 @@ def parse_starting_offsets(value: str, topics: tuple[str, ...]) -> str | Offsets
 
 
 def _boolean(value: str, name: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false"):
-        raise KafkaOptionError(f"option {name} must be true or false, got {value!r}")
-    return lowered == "true"
+    return boolean(value, name, KafkaOptionError)
 
 
 def _positive_int(opts: Mapping[str, str], key: str, default: int | None) -> int | None:
-    if key not in opts:
-        return default
-    try:
-        number = int(opts[key])
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise KafkaOptionError(f"option {key} must be a positive integer, got {opts[key]!r}")
-    return number
+    return positive_int(opts, key, default, KafkaOptionError)
 

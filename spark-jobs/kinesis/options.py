@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from streamstate.jobs.kinesis.retry import Backoff
+from streamstate.jobs.source_options import boolean, positive_int
 
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 OPTIONS = (
@@ -95,19 +96,8 @@ def parse_timestamp_ms(text: str) -> int:
 
 
 def _boolean(value: str, name: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false"):
-        raise KinesisOptionError(f"option {name} must be true or false, got {value!r}")
-    return lowered == "true"
+    return boolean(value, name, KinesisOptionError)
 
 
-def _positive_int(opts: Mapping[str, str], key: str, default):
-    if key not in opts:
-        return default
-    try:
-        number = int(opts[key])
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise KinesisOptionError(f"option {key} must be a positive integer, got {opts[key]!r}")
-    return number
+def _positive_int(opts: Mapping[str, str], key: str, default: int | None) -> int | None:
+    return positive_int(opts, key, default, KinesisOptionError)
