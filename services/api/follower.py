@@ -226,7 +226,8 @@ class ViewFollower(threading.Thread):
     def _topic_ids(self) -> dict[str, str]:
         """Kafka topic ids (brokers since Kafka 2.8 have them); empty where the broker has none."""
         ids = {}
-        for topic, future in admin(self._settings).describe_topics(TopicCollection(list(self._topics.values()))).items():
+        client = admin(self._settings)  # held until the futures are resolved: a collected client fails them
+        for topic, future in client.describe_topics(TopicCollection(list(self._topics.values()))).items():
             try:
                 topic_id = future.result(timeout=10).topic_id
             except Exception:  # noqa: BLE001 - ids only sharpen the staleness check; offsets remain

@@ -29,7 +29,8 @@ def topic_ids(broker: object, topics: Iterable[str]) -> dict[str, str]:
     ``broker``: ``Settings`` or a client configuration (see :func:`streamstate.kafka_clients.connection`)."""
     names = sorted(set(topics))
     ids: dict[str, str] = {}
-    for name, future in admin(broker).describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
+    client = admin(broker)  # held until the futures are resolved: a collected client fails them (_DESTROY)
+    for name, future in client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
         try:
             topic_id = str(future.result(TIMEOUT_S).topic_id)
         except KafkaException:

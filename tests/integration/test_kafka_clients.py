@@ -87,3 +87,13 @@ def test_the_jobs_python_source_and_sink_get_the_options(spark, settings, proxy,
     assert write_kafka(frame, writing, topic=target) == 40
     assert len(read_topic(bootstrap, target, partitions=1)) == 40
     assert {"source-under-test", "sink-under-test"} <= proxy.seen()
+
+
+def test_topic_ids_are_read_through_a_client_built_by_the_module(settings, new_topic):
+    """The topic-id guards (the jobs' and the API's) ask an admin client for ids; a client that is
+    collected before its futures resolve fails them, and the guard then silently sees no ids."""
+    from streamstate.jobs.kafka.identity import topic_ids
+
+    topic = new_topic(1, "ids")
+    ids = topic_ids(settings, [topic, "no-such-topic-here"])
+    assert set(ids) == {topic} and ids[topic], ids
