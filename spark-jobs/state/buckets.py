@@ -4,7 +4,7 @@ The Spark processor groups keys into a fixed number of buckets (``pmod(xxhash64(
 and pays Spark's per-group cost once per bucket. Inside a bucket each key keeps its own
 state, in one of two places:
 
-* **hot**: the keys touched recently, with their state text and timer deadline, in ONE value
+* **hot**: the keys touched recently, with their stored state and timer deadline, in ONE value
   per bucket, read and written once per visit. A key touched again soon costs no state call.
 * **cold**: every other key, one map entry per key, read when the key is touched again and
   written when it leaves the hot set (least recently touched first, once the hot set is over

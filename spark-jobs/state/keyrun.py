@@ -1,8 +1,8 @@
 """One key's work in one micro-batch, independent of Spark: the per-key semantics of the state API.
 
-:class:`KeyRun` takes a key's stored state (JSON text and timer deadline), applies the spec's
+:class:`KeyRun` takes a key's stored state (the codec's bytes) and timer deadline, applies the spec's
 function to the key's records of the batch (or times the key out), and leaves what to commit
-(the new text and deadline), the snapshot to publish and the result rows. The Spark processor
+(the new stored state and deadline), the snapshot to publish and the result rows. The Spark processor
 runs one per touched key inside a bucket; the unit tests run it directly.
 
 Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.jobs.state.api`;
@@ -64,7 +64,7 @@ _UNCHANGED = object()
 
 class KeyRun:
     """One key's work in one batch, independent of Spark: applies the function, keeps what to
-    commit (state text, timer deadline, snapshot) and collects the result rows.
+    commit (stored state, timer deadline, snapshot) and collects the result rows.
 
     Isolation: whatever runs per record or per key (the user function, encoding its outputs
     and state, the snapshot) is guarded, and a failure dead-letters only the record that
@@ -73,7 +73,7 @@ class KeyRun:
     makes the key's records replay one at a time with a snapshot after each.
     """
 
-    def __init__(self, plan: Plan, key: Any, text: str | None, deadline: int | None, watermark_ms: int, processing_time_ms: int):
+    def __init__(self, plan: Plan, key: Any, text: bytes | None, deadline: int | None, watermark_ms: int, processing_time_ms: int):
         self.plan = plan
         self.key = key
         self.key_text = describe_key(key)
@@ -90,7 +90,7 @@ class KeyRun:
     def watermark_ms(self) -> int:
         return self.driver.state.watermark_ms
 
-    def _decode(self, text: str | None) -> Any:
+    def _decode(self, text: bytes | None) -> Any:
         return NO_STATE if text is None else self.plan.codec.decode(self.key, text)
 
     # ------------------------------------------------------------------ savepoints
@@ -123,7 +123,7 @@ class KeyRun:
         self.rows.extend((kind, key, payload, None, None, None, None) for kind, key, payload in outputs)
         return None
 
-    def _encode(self) -> str:
+    def _encode(self) -> bytes:
         text = self.plan.codec.encode(self.driver.value)
         if self.plan.codec.state_cls is not None:
             # Later calls see the validated value, as the next batch will.
