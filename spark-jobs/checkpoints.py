@@ -16,12 +16,14 @@ FileSystem, so local paths, ``s3a://`` and ``hdfs://`` all work.
 from __future__ import annotations
 
 import json
+import logging
 
 from pyspark.sql import SparkSession
 
 from streamstate.jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+log = logging.getLogger("streamstate.jobs")
 
 
 class StatePartitionsChanged(ValueError):
@@ -65,6 +67,30 @@ class CheckpointFiles:
             return []
         return [int(s.getPath().getName()) for s in self._fs.listStatus(folder) if s.getPath().getName().isdigit()]
 
+    def discard_unstarted_leftovers(self) -> list[str]:
+        """Delete the temporary files a kill left while Spark wrote the very first batch; returns their names.
+
+        Spark writes ``offsets/0`` and ``commits/0`` through a hidden ``.0.<uuid>.tmp`` that it
+        renames when complete. A process killed in between leaves that file behind, and since
+        Spark 4.2 a query whose offset log is still empty refuses a non-empty log directory
+        (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), so the job could never start again. With no
+        batch written yet nothing was processed, and a hidden file is never a batch: removing
+        them loses nothing.
+        """
+        if self.batches("offsets"):
+            return []
+        removed = []
+        for log in ("offsets", "commits"):
+            folder = self._path(f"{self._root}/{log}")
+            if not self._fs.exists(folder):
+                continue
+            for status in self._fs.listStatus(folder):
+                name = status.getPath().getName()
+                if name.startswith("."):
+                    self._fs.delete(status.getPath(), False)
+                    removed.append(f"{log}/{name}")
+        return removed
+
     def exists(self) -> bool:
         return self._fs.exists(self._path(self._root))
 
@@ -86,6 +112,13 @@ def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | 
     # Line 1 is the log version ("v1"), line 2 the batch metadata, then one line per source.
     lines = text.splitlines()
     return json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else None
+
+
+def discard_unstarted_leftovers(spark: SparkSession, checkpoint: str) -> None:
+    """Let a job killed while writing its first batch start again (see :meth:`CheckpointFiles.discard_unstarted_leftovers`)."""
+    removed = CheckpointFiles(spark, checkpoint).discard_unstarted_leftovers()
+    if removed:
+        log.warning("checkpoint %s: removed %s, left by a kill before its first batch was written", checkpoint, ", ".join(removed))
 
 
 def check_state_partitions(spark: SparkSession, checkpoint: str, wanted: int) -> None:

@@ -35,6 +35,7 @@ from streamstate.jobs.checkpoints import (
     TopicIdentity,
     check_state_buckets,
     check_state_partitions,
+    discard_unstarted_leftovers,
 )
 from streamstate.jobs.outage import failure_message
 from streamstate.settings import Settings
@@ -111,6 +112,7 @@ def start_query(
     """
     from streamstate.jobs.routing import batch_router
 
+    discard_unstarted_leftovers(spark, checkpoint)
     check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
     check_state_buckets(spark, checkpoint, settings.state_buckets)
     identity = None
