@@ -34,6 +34,20 @@ def test_write_kafka_writes_exactly_the_rows_given(spark, settings, bootstrap, n
     assert sorted(((r.key, r.value) for r in back), key=repr) == sorted(expected, key=repr)
 
 
+def test_write_kafka_sends_each_row_to_the_topic_its_column_names(spark, settings, bootstrap, new_topic):
+    first, second = new_topic(partitions=1), new_topic(partitions=1)
+    rows = [(f"k{i}", f"v{i}", first if i % 3 else second) for i in range(30)]
+    batch = spark.createDataFrame(rows, "key string, value string, topic string").repartition(2)
+
+    assert write_kafka(batch, settings, topic=None) == 30
+
+    for topic in (first, second):
+        expected = sorted((k.encode(), v.encode()) for k, v, t in rows if t == topic)
+        assert sorted((r.key, r.value) for r in read_topic(bootstrap, topic, partitions=1)) == expected
+    with pytest.raises(ValueError, match="a topic column"):
+        write_kafka(batch.drop("topic"), settings, topic=None)
+
+
 def test_write_kafka_takes_binary_columns_and_headers(spark, settings, bootstrap, new_topic):
     topic = new_topic(partitions=1)
     batch = spark.createDataFrame([(b"\x00k", b"\xffv")], "key binary, value binary").withColumn(

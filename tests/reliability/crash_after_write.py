@@ -2,9 +2,9 @@
 
     python -m tests.reliability.crash_after_write sessions|anomalies
 
-Runs the job's usual command line with one change: the first time a batch's write to the
-alerts topic succeeds, the job marks ``STREAMSTATE_TEST_CRASH_MARKER`` and SIGKILLs its whole
-process group, before the batch's other outputs and its commit. The restarted job must replay
+Runs the job's usual command line with one change: the first time a batch's write that
+included alerts succeeds, the job marks ``STREAMSTATE_TEST_CRASH_MARKER`` and SIGKILLs its whole
+process group, before the batch's commit. The restarted job must replay
 that batch: the alerts reach the topic twice (same ids), and every output still equals the
 reference. Random SIGKILLs rarely land exactly between a batch's first write and its commit.
 """
@@ -17,16 +17,25 @@ import signal
 import sys
 from pathlib import Path
 
+from pyspark.sql import functions as F
+
 from streamstate.jobs import routing
 
 MARKER = Path(os.environ["STREAMSTATE_TEST_CRASH_MARKER"])
 _write = routing.write_kafka
 
 
+def _alerts_in(batch, settings, topic) -> int:
+    if topic is not None:
+        return batch.count() if topic == settings.topic_alerts else 0
+    return batch.filter(F.col("topic") == settings.topic_alerts).count()
+
+
 def _write_then_crash(batch, settings, topic, **options):
     written = _write(batch, settings, topic, **options)
-    if topic == settings.topic_alerts and written and not MARKER.exists():
-        MARKER.write_text(f"{written} alerts written, then the job was killed before committing the batch\n")
+    alerts = _alerts_in(batch, settings, topic) if written and not MARKER.exists() else 0
+    if alerts:
+        MARKER.write_text(f"{alerts} alerts written, then the job was killed before committing the batch\n")
         os.killpg(os.getpgid(0), signal.SIGKILL)
     return written
 
