@@ -197,11 +197,15 @@ class Bucket:
                 self.ticks.add(start)
 
     def _set_timer(self) -> None:
-        """One timer at the earliest hot deadline (ticks have their own timers); none without a clock."""
+        """A timer at or before the earliest hot deadline (ticks have their own timers); none without a clock.
+
+        A timer already set earlier than that stays: when it fires, the visit finds nothing due
+        and sets the next one. Moving it instead would cost two state calls (delete, register)
+        on nearly every visit, since every record of the earliest key pushes its deadline on."""
         if self.now_ms is None:
             return
         earliest = min((e[DEADLINE] for e in self.hot.values() if e[DEADLINE] is not None), default=None)
-        if earliest == self.timer_ms:
+        if self.timer_ms is not None and (earliest is None or self.timer_ms <= earliest):
             return
         if self.timer_ms is not None and self.timer_ms not in self.ticks:  # a tick shares it: kept
             self.store.delete_timer(self.timer_ms)
