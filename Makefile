@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) Makefile | cksum
 # embedded (Tansu in memory, local checkpoints) or production (Apache Kafka, Spark's
 # Kafka connector, s3a:// checkpoints in MinIO): `make run PROFILE=production`.
 PROFILE ?= embedded
+# Test sessions side by side (pytest-xdist), each with its own broker and SparkSession: the
+# suite's slow tests mostly wait on job processes, so a second session uses the idle core.
+TEST_WORKERS ?= 2
 
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
@@ -19,7 +22,7 @@ run: setup $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(ST
 	$(BIN)/streamstate up --profile $(PROFILE)
 
 test: setup test-deps deps      ## the whole test suite (CI runs this)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 deps: setup                     ## the production profile's parts: Spark jars, Apache Kafka, MinIO (cached in .deps/)
 	bash infra/deps/install-spark-jars.sh

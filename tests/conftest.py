@@ -19,7 +19,7 @@ import pytest
 from streamstate.kinesis import ensure_local_credentials
 from streamstate.profiles import EMBEDDED, PRODUCTION
 from streamstate.settings import Settings
-from streamstate.stack import EmbeddedStack, pid_alive
+from streamstate.stack import EmbeddedStack, free_port, pid_alive
 from streamstate.topics import TopicSpec, create_topics
 
 _started_pids: list[int] = []
@@ -33,7 +33,9 @@ BUCKET = "streamstate"
 
 def _session_settings(**overrides) -> Settings:
     # Two state partitions: one task per core here; more only adds per-task overhead to every batch.
-    return Settings(shuffle_partitions=2, **overrides)
+    # Ports of the session's own: `make test` runs two sessions side by side (pytest-xdist).
+    ports = {name: free_port() for name in ("api_port", "sessions_metrics_port", "anomalies_metrics_port", "prometheus_port")}
+    return Settings(shuffle_partitions=2, **{**ports, **overrides})
 
 
 @pytest.fixture(scope="session")

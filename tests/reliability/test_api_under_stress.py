@@ -25,7 +25,7 @@ from tests.integration.api_harness import publish, wait_until
 from tests.reliability.conftest import LARGE
 from tests.scenario import build_scenario, produce_scenario
 
-LOAD_SECONDS = 300 if LARGE else 60
+LOAD_SECONDS = 300 if LARGE else 30
 LOAD_RATE = 300
 RSS_GROWTH_LIMIT_MB = 50
 

@@ -29,7 +29,7 @@ from tests.scenario import Scenario, assert_outputs_match, build_scenario, colle
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SEED = 7
-CYCLES = 10 if LARGE else 5
+CYCLES = 10 if LARGE else 3
 # The production profile repeats the test for its own parts (the built-in connector's offsets,
 # state and offsets restored from s3a:// in MinIO); the kill statistics are the embedded run's
 # job. Two cycles per job there keep make test's cost in bounds (each cycle is a JVM start).
