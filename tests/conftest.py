@@ -61,7 +61,10 @@ def production_stack(tmp_path_factory) -> EmbeddedStack:
     pipeline topics, and MinIO with the checkpoint bucket. Started by the first test that asks."""
     workdir = tmp_path_factory.mktemp("production")
     production = EmbeddedStack(
-        settings=_session_settings(checkpoint_root=f"s3a://{BUCKET}/tests"), workdir=workdir, quiet=True, profile=PRODUCTION
+        settings=_session_settings(checkpoint_root=f"s3a://{BUCKET}/tests", api_store_path=workdir / "api-store"),
+        workdir=workdir,
+        quiet=True,
+        profile=PRODUCTION,
     )
     try:
         production.start_broker()

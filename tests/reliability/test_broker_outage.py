@@ -27,6 +27,7 @@ def outage_stack(tmp_path):
         api_port=free_port(),
         anomalies_metrics_port=free_port(),
         api_retry_s=0.5,
+        api_store_path=tmp_path / "api-store",
     )
     stack = EmbeddedStack(settings=settings, workdir=tmp_path, quiet=True)
     stack.start_broker()
