@@ -80,15 +80,15 @@ class CheckpointFiles:
         if self.batches("offsets"):
             return []
         removed = []
-        for log in ("offsets", "commits"):
-            folder = self._path(f"{self._root}/{log}")
+        for batch_log in ("offsets", "commits"):
+            folder = self._path(f"{self._root}/{batch_log}")
             if not self._fs.exists(folder):
                 continue
             for status in self._fs.listStatus(folder):
                 name = status.getPath().getName()
                 if name.startswith("."):
                     self._fs.delete(status.getPath(), False)
-                    removed.append(f"{log}/{name}")
+                    removed.append(f"{batch_log}/{name}")
         return removed
 
     def exists(self) -> bool:
