@@ -6,7 +6,8 @@ outputs. The runner starts the streaming queries that route those rows to Kafka,
 metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets and state
 are committed together) and exits non-zero with the error when the query fails.
 
-A failed query is restarted from its checkpoint with backoff, except when its input lost
+A failed query is restarted from its checkpoint with backoff (a budget of restarts in a row:
+a batch committed since the last restart renews it), except when its input lost
 records under the checkpoint (a topic recreated, emptied or truncated): restarting then
 would read on from offsets that no longer mean anything, and by the time of the restart a
 recreated topic may have grown past them, skipping its first records silently. The job
@@ -22,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
@@ -134,6 +136,35 @@ def _checkpoints(spec: JobSpec, job_checkpoint: str) -> list[str]:
     return [job_checkpoint, *(f"{job_checkpoint}-{extra.name}" for extra in spec.extra_queries)]
 
 
+@dataclass
+class RestartBudget:
+    """Restarts of a failed job in a row, with exponential backoff (5 s doubling up to 60 s).
+
+    A job that committed a batch since its last restart was healthy until it failed again,
+    so :meth:`renew` gives it the whole budget back: a job running for months survives more
+    than ``max_restarts`` broker outages, while one failing on every start still ends.
+    """
+
+    max_restarts: int
+    used: int = 0
+
+    def renew(self) -> None:
+        self.used = 0
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next restart, or None when the budget is spent."""
+        if self.used >= self.max_restarts:
+            return None
+        delay = min(60.0, 5.0 * 2**self.used)
+        self.used += 1
+        return delay
+
+
+def _last_commits(spark: SparkSession, spec: JobSpec, job_checkpoint: str) -> list[int]:
+    """The last committed batch of each of the job's queries (-1 for none)."""
+    return [max(CheckpointFiles(spark, cp).batches("commits"), default=-1) for cp in _checkpoints(spec, job_checkpoint)]
+
+
 def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested, topics):
     """Run the job's queries until stopped, drained (availableNow) or failed; returns the failures."""
     query = start_query(
@@ -205,35 +236,39 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     # Topic ids are a Kafka notion; a Kinesis source checks its shards' lineage itself.
     topics = spec.input_topics(settings) if settings.source == "kafka" else None
     try:
-        attempt = 0
-        while attempt <= settings.job_max_restarts:
+        budget = RestartBudget(settings.job_max_restarts)
+        while True:
+            committed = _last_commits(spark, spec, checkpoint)
             failures = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, topics)
             if not failures or stop_requested.is_set():
                 break
+            if _last_commits(spark, spec, checkpoint) != committed:
+                budget.renew()
             if any(is_source_reset(error) for _, error in failures):
                 if not _source_reset(spark, settings, failures, _checkpoints(spec, checkpoint)):
                     return 2
-                attempt += 1  # starting over counts as a restart: lost input again and again ends the job
+                if budget.next_delay() is None:  # starting over counts as a restart: lost input again and again ends the job
+                    log.error("input records were lost under the checkpoint %d times in a row; the job stops", budget.used + 1)
+                    return 2
                 continue
-            delay = min(60.0, 5.0 * 2**attempt)
+            delay = budget.next_delay()
             next_step = (
                 "the job gives up"
-                if attempt == settings.job_max_restarts
-                else f"restarting from the checkpoint in {delay:.0f}s (restart {attempt + 1} of {settings.job_max_restarts})"
+                if delay is None
+                else f"restarting from the checkpoint in {delay:.0f}s (restart {budget.used} of {budget.max_restarts})"
             )
             for name, error in failures:
                 # A lost broker fails deep in the source with a long traceback: name it plainly.
                 log.error("%s", failure_message(name, error, settings, checkpoint, next_step))
-            if attempt == settings.job_max_restarts:
+            if delay is None:
                 log.error(
-                    "giving up after %d restarts. Check that the Kafka broker at %s is reachable and the log above; "
-                    "restarting the job resumes from its checkpoint %s, losing nothing",
-                    attempt, settings.bootstrap_servers, checkpoint,
+                    "giving up after %d restarts in a row. Check that the Kafka broker at %s is reachable and the log "
+                    "above; restarting the job resumes from its checkpoint %s, losing nothing",
+                    budget.used, settings.bootstrap_servers, checkpoint,
                 )
                 return 1
             if stop_requested.wait(delay):
                 break
-            attempt += 1
     except StatePartitionsChanged as exc:
         log.error("%s", exc)
         return 2

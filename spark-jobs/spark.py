@@ -14,6 +14,7 @@ import logging
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Mapping
 
 from pyspark.sql import SparkSession
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+LAUNCHER = "streamstate-spark-python"
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:
@@ -75,6 +77,16 @@ def _given_master(conf: Mapping[str, str]) -> str:
     return SparkConf().get("spark.master", "local[*]")
 
 
+def worker_python(python: str) -> str:
+    """The executable Spark starts Python workers with: the ``streamstate-spark-python``
+    launcher (:mod:`streamstate.spark_python`) beside this interpreter when ``python`` is this
+    interpreter, else ``python`` as given."""
+    launcher = Path(sys.executable).with_name(LAUNCHER)
+    if Path(python).absolute() == Path(sys.executable).absolute() and launcher.exists():
+        return str(launcher)
+    return python
+
+
 def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) -> SparkSession:
     # Python workers must run the same interpreter (the project venv) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -118,9 +130,9 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     for key, value in s3a_conf(settings).items():
         builder = builder.config(key, value)
     if is_local_master(master):
-        # Workers are forked on this machine from the project venv, where the daemon module is
-        # installed; a cluster's executors may run an image without it.
-        builder = builder.config("spark.python.daemon.module", "streamstate.spark_daemon")
+        # Workers start on this machine, from the project venv where the launcher is installed;
+        # a cluster's executors may run an image without it.
+        os.environ["PYSPARK_PYTHON"] = worker_python(os.environ["PYSPARK_PYTHON"])
     for key, value in _executor_conf(settings).items():
         builder = builder.config(key, value)
     for key, value in conf.items():

@@ -90,10 +90,30 @@ class ManagedProcess:
         self.popen.wait(10)
 
     def tail(self, lines: int = 20) -> str:
+        """The log's last ``lines`` lines, each run of JVM stack frames folded into one line so
+        that they leave room for the messages that say what happened."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+        return "\n".join(fold_stack_frames(text.splitlines())[-lines:])
+
+
+def fold_stack_frames(lines: list[str]) -> list[str]:
+    """``\tat ...`` and ``\t... N more`` runs replaced by a count of the frames they held."""
+    folded: list[str] = []
+    frames = 0
+    for line in lines:
+        if line.startswith("\tat ") or (line.startswith("\t... ") and line.endswith(" more")):
+            frames += 1
+            continue
+        if frames:
+            folded.append(f"\t[{frames} stack frames]")
+            frames = 0
+        folded.append(line)
+    if frames:
+        folded.append(f"\t[{frames} stack frames]")
+    return folded
 
 
 def broker_binary() -> str:

@@ -7,6 +7,7 @@ topic twice (docs/profile.md); invalid records now pass the one stateful operato
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,9 @@ def test_job_reads_its_topic_once(spark, settings, job):
 
 def test_python_workers_import_the_installed_pyspark(spark):
     """Not from Spark's zips (compiled from source in every worker), no jar on the path (its
-    directory re-read by every task): streamstate.spark_daemon."""
+    directory re-read by every task): the streamstate-spark-python launcher starts them, the
+    daemon and the driver's one-off workers alike."""
+    assert Path(spark.sparkContext.pythonExec).name == "streamstate-spark-python"
 
     def where(_):
         import sys

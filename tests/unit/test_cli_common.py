@@ -15,7 +15,12 @@ import pytest
 from streamstate.cli_common import add_common_options, client_option, settings_from_args
 from streamstate.settings import REPO_ROOT, Settings
 
-SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+# streamstate-spark-python is how Spark starts Python workers (tests/unit/test_spark_python.py), not a user command.
+SCRIPTS = {
+    name: target
+    for name, target in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"].items()
+    if name != "streamstate-spark-python"
+}
 BIN = Path(sys.executable).parent
 # Where each command takes its Kafka options (streamstate and streamstate-produce have sub-commands).
 KAFKA_HELP = {
@@ -89,3 +94,4 @@ def test_client_options_reach_the_settings_merged_over_the_configured_ones(monke
     assert settings_from_args(args).kafka_client_options == {
         "security.protocol": "SSL", "client.id": "cli", "sasl.mechanism": "SCRAM-SHA-256",
     }
+

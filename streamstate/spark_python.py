@@ -1,0 +1,46 @@
+"""The Python executable Spark starts its workers with on local masters (``PYSPARK_PYTHON``).
+
+Spark runs every Python process it starts as ``<python> -m <module>`` with
+``$SPARK_HOME/python/lib/pyspark.zip``, the py4j zip and the spark-core jar first on
+``PYTHONPATH``: the daemon that forks the task workers, and the one-off workers of the driver
+(transformWithState's pre-init worker on every query's first batch, the Python data sources'
+planners). Modules imported from a zip are compiled from source in every process (a zip holds
+no ``.pyc`` cache): importing PySpark that way takes about four times as long as from the
+installed package, and Spark gives a one-off worker 10 s to connect back before it fails the
+query, which a loaded machine exceeded. Each task's ``importlib.invalidate_caches()`` also
+makes every zip importer re-read its archive's directory, the jar's thousands of classes
+included: together a third of the task workers' CPU in the jobs' profile (docs/profile.md).
+
+The pip-installed ``pyspark`` and ``py4j`` are the same releases, byte-compiled, and a jar
+holds no Python. This launcher (the ``streamstate-spark-python`` console script) drops those
+entries from the path, then runs the module Spark asked for with its arguments, as ``python -m`` would.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+
+def is_redundant(entry: str) -> bool:
+    """Spark's bundled zips (installed as packages too) and jars (no Python in them)."""
+    return entry.endswith(".jar") or ("/pyspark/python/lib/" in entry and entry.endswith(".zip"))
+
+
+def drop_archives() -> list[str]:
+    """Remove the redundant archive entries from ``sys.path`` and their importers; returns them."""
+    entries = [entry for entry in sys.path if is_redundant(entry)]
+    for entry in entries:
+        sys.path.remove(entry)
+    for cached in [key for key in sys.path_importer_cache if any(key.startswith(entry) for entry in entries)]:
+        del sys.path_importer_cache[cached]
+    return entries
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] != "-m":
+        sys.exit(f"usage: streamstate-spark-python -m <module> [arg ...] (how Spark starts its Python workers); got {args}")
+    drop_archives()
+    sys.argv = args[1:]  # as python -m leaves them (the daemon gets its worker module); run_module sets argv[0]
+    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
