@@ -18,6 +18,7 @@ entries from the path, then runs the module Spark asked for with its arguments, 
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
@@ -42,5 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) < 2 or args[0] != "-m":
         sys.exit(f"usage: streamstate-spark-python -m <module> [arg ...] (how Spark starts its Python workers); got {args}")
     drop_archives()
+    if not sys.flags.safe_path:
+        sys.path.insert(0, os.getcwd())  # as python -m does: functions pickled by reference to a module there resolve
     sys.argv = args[1:]  # as python -m leaves them (the daemon gets its worker module); run_module sets argv[0]
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)

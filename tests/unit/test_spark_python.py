@@ -28,8 +28,10 @@ def test_the_module_runs_as_main_from_the_installed_pyspark(tmp_path):
         "import sys, pyspark, py4j\n"
         "print(__name__, pyspark.__file__, py4j.__file__, sys.argv, sep='|')\n"
     )
-    env = {**os.environ, "PYTHONPATH": _sparks_pythonpath() + os.pathsep + str(tmp_path)}
-    done = subprocess.run([str(LAUNCHER), "-m", "probe", "pyspark.worker"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    env = {**os.environ, "PYTHONPATH": _sparks_pythonpath()}
+    # The module is found in the working directory, as python -m finds it (Spark's workers
+    # resolve functions pickled by reference to the driver's modules that way).
+    done = subprocess.run([str(LAUNCHER), "-m", "probe", "pyspark.worker"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
     name, pyspark_file, py4j_file, argv = done.stdout.strip().split("|")
     assert name == "__main__"
     assert ".zip" not in pyspark_file and ".zip" not in py4j_file, done.stdout
