@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import ctypes
+import itertools
 import os
 import shutil
 import signal
@@ -99,20 +100,18 @@ class ManagedProcess:
         return "\n".join(fold_stack_frames(text.splitlines())[-lines:])
 
 
+def _is_stack_frame(line: str) -> bool:
+    return line.startswith("\tat ") or (line.startswith("\t... ") and line.endswith(" more"))
+
+
 def fold_stack_frames(lines: list[str]) -> list[str]:
     """``\tat ...`` and ``\t... N more`` runs replaced by a count of the frames they held."""
     folded: list[str] = []
-    frames = 0
-    for line in lines:
-        if line.startswith("\tat ") or (line.startswith("\t... ") and line.endswith(" more")):
-            frames += 1
-            continue
-        if frames:
-            folded.append(f"\t[{frames} stack frames]")
-            frames = 0
-        folded.append(line)
-    if frames:
-        folded.append(f"\t[{frames} stack frames]")
+    for is_frame, run in itertools.groupby(lines, key=_is_stack_frame):
+        if is_frame:
+            folded.append(f"\t[{sum(1 for _ in run)} stack frames]")
+        else:
+            folded.extend(run)
     return folded
 
 
