@@ -66,9 +66,43 @@ def unpack(blobs: Iterable[bytes]) -> pa.Table | None:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
+def python_values(column: pa.Array | pa.ChunkedArray) -> list:
+    """A column's values as ``to_pylist()`` gives them, converted column by column.
+
+    ``to_pylist()`` builds every value through a scalar object: about 1 µs a string and 20 µs
+    a row of the jobs' 14-field value struct, the largest cost of a bucket visit. Through
+    NumPy a string costs 0.1 µs and a number 0.03 µs, and a struct's rows are zipped from its
+    fields. Types whose NumPy form differs (timestamps, decimals, numbers with nulls, which
+    NumPy would make floats) keep ``to_pylist()``.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    size, nulls, kind = len(column), column.null_count, column.type
+    if nulls == size:
+        return [None] * size
+    if pa.types.is_struct(kind) and kind.num_fields:
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        # flatten(), not field(): it applies the struct's own offset and nulls to each field.
+        rows = [dict(zip(names, values)) for values in zip(*(python_values(f) for f in column.flatten()))]
+        if nulls:
+            rows = [None if missing else row for row, missing in zip(rows, column.is_null().to_numpy(zero_copy_only=False))]
+        return rows
+    if _is_text(kind) or (nulls == 0 and _is_number(kind)):
+        return column.to_numpy(zero_copy_only=False).tolist()
+    return column.to_pylist()
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_float32(kind) or pa.types.is_float64(kind) or pa.types.is_boolean(kind)
+
+
 def rows_by_key(table: pa.Table) -> dict:
     """The table's rows as tuples (in column order), grouped by the first column (the key)."""
     grouped: dict = {}
-    for row in zip(*(column.to_pylist() for column in table.columns)):
+    for row in zip(*(python_values(column) for column in table.columns)):
         grouped.setdefault(row[0], []).append(row)
     return grouped
