@@ -56,9 +56,11 @@ def batch_router(
             summary = (
                 batch.groupBy(
                     "kind",
-                    F.get_json_object("payload", "$.kind").alias("alert_kind"),
-                    F.get_json_object("payload", "$.ended_by").alias("ended_by"),
-                    F.when(F.col("kind") == Kind.DEAD_LETTER.value, F.get_json_object("payload", "$.stage")).alias("stage"),
+                    # Each payload field is parsed only on the kind whose metric needs it: most of a
+                    # batch's rows are snapshots, which none of them concern.
+                    _field_of(Kind.ALERT, "kind").alias("alert_kind"),
+                    _field_of(Kind.SESSION, "ended_by").alias("ended_by"),
+                    _field_of(Kind.DEAD_LETTER, "stage").alias("stage"),
                     F.when(F.col("kind") == Kind.COUNT.value, F.col("key")).alias("counter"),
                 )
                 .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == Kind.COUNT.value, F.col("payload").cast("long"))).alias("total"))
@@ -98,6 +100,11 @@ def batch_router(
             batch.unpersist()
 
     return route
+
+
+def _field_of(kind: Kind, field: str):
+    """A field of the JSON payload on rows of ``kind``, null on the others."""
+    return F.when(F.col("kind") == kind.value, F.get_json_object("payload", f"$.{field}"))
 
 
 def metrics_update(metrics, settings: Settings, summary, outputs: Mapping[str, str] = TOPIC_OF_KIND) -> int:
