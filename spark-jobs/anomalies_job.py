@@ -51,10 +51,13 @@ def series_snapshot(rule: anomalies.AnomalyRule, series_id: str, state: Any) -> 
     return None if state is None else anomalies.snapshot(series_id, state, rule).model_dump_json()
 
 
-def build(spark: SparkSession, settings: Settings) -> DataFrame:
-    raw = read_input(spark, settings, settings.topic_metrics)
+# What the rule reads of a validated point (map_validated adds the dead-letter columns).
+STATE_COLUMNS = ("series_id", "ts", "value", "topic", "partition", "offset")
+
+
+def state_spec(settings: Settings) -> StateSpec:
     rule = anomalies.AnomalyRule.from_settings(settings)
-    spec = (
+    return (
         StateSpec.batch_function(partial(on_series, rule))
         .event_time("ts")
         .timeout(settings.series_idle_timeout_ms)
@@ -62,11 +65,15 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
         .buckets(settings.state_buckets)
         .hot_keys(settings.state_hot_keys)
     )
+
+
+def build(spark: SparkSession, settings: Settings) -> DataFrame:
+    raw = read_input(spark, settings, settings.topic_metrics)
     result = map_validated(
         validate(raw, Metric, settings.max_clock_skew_ms),
         key="series_id",
-        columns=("series_id", "ts", "value", "topic", "partition", "offset"),
-        spec=spec,
+        columns=STATE_COLUMNS,
+        spec=state_spec(settings),
         watermark_delay_ms=settings.watermark_delay_ms,
     )
     return state_rows(result, Kind.METRIC_STATE)

@@ -72,21 +72,28 @@ def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str |
     return None if state is None else sessions.snapshot_json(user_id, state, rule)
 
 
-def build(spark: SparkSession, settings: Settings) -> DataFrame:
-    raw = read_input(spark, settings, settings.topic_user_events)
+# What the rule reads of a validated event (map_validated adds the dead-letter columns).
+STATE_COLUMNS = ("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset")
+
+
+def state_spec(settings: Settings) -> StateSpec:
     rule = sessions.SessionRule.from_settings(settings)
-    spec = (
+    return (
         StateSpec.batch_function(partial(on_user, rule))
         .event_time("ts")
         .snapshots(partial(user_snapshot, rule))
         .buckets(settings.state_buckets)
         .hot_keys(settings.state_hot_keys)
     )
+
+
+def build(spark: SparkSession, settings: Settings) -> DataFrame:
+    raw = read_input(spark, settings, settings.topic_user_events)
     result = map_validated(
         validate(raw, UserEvent, settings.max_clock_skew_ms),
         key="user_id",
-        columns=("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset"),
-        spec=spec,
+        columns=STATE_COLUMNS,
+        spec=state_spec(settings),
         watermark_delay_ms=settings.watermark_delay_ms,
     )
     return state_rows(result, Kind.SESSION_STATE)

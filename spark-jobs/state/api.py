@@ -145,17 +145,7 @@ def _run(
     layout = _input_layout(df, key, spec, value)
     if spec.partitions is not None:
         _checked_partitions(df, spec.partitions)  # the bucket shuffle uses that many partitions
-    plan = Plan(
-        func=spec.func,
-        per_record=spec.per_record,
-        codec=StateCodec(spec.state_cls),
-        timeout_ms=spec.timeout_ms,
-        event_time=spec.event_time_column is not None,
-        late_to_dead_letter=spec.late_records == "dead_letter",
-        ordered_by_offset="offset" in df.columns,
-        snapshot=spec.snapshot_fn,
-        output_limit_bytes=spec.output_limit_bytes,
-    )
+    plan = Plan.of(spec, ordered_by_offset="offset" in df.columns)
     initial = None
     if spec.initial is not None:
         initial = _initial_state(df, key, spec)

@@ -24,6 +24,7 @@ transformWithState's state variables, the unit tests with dicts.
 from __future__ import annotations
 
 import pickle
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
 
@@ -49,6 +50,58 @@ class BucketStore(Protocol):
     def wheel_remove(self, tick: int) -> None: ...
     def register_timer(self, at_ms: int) -> None: ...
     def delete_timer(self, at_ms: int) -> None: ...
+
+
+class MemoryBucketStore:
+    """A :class:`BucketStore` in memory that counts the calls a state server would get: for the
+    unit tests and for profiling a bucket visit without Spark (``bench/profile_buckets.py``)."""
+
+    def __init__(self) -> None:
+        self.hot: bytes | None = None
+        self.cold: dict[str, tuple[bytes, int | None]] = {}
+        self.wheel: dict[int, bytes] = {}
+        self.timers: set[int] = set()
+        self.calls: Counter = Counter()
+
+    def load_hot(self) -> bytes | None:
+        self.calls["hot"] += 1
+        return self.hot
+
+    def save_hot(self, blob: bytes) -> None:
+        self.calls["hot"] += 1
+        self.hot = blob
+
+    def cold_get(self, key: str) -> tuple[bytes, int | None] | None:
+        self.calls["cold"] += 1
+        return self.cold.get(key)
+
+    def cold_put(self, key: str, stored: bytes, deadline: int | None) -> None:
+        self.calls["cold"] += 1
+        self.cold[key] = (stored, deadline)
+
+    def cold_remove(self, key: str) -> None:
+        self.calls["cold"] += 1
+        self.cold.pop(key, None)
+
+    def wheel_get(self, tick: int) -> bytes | None:
+        self.calls["wheel"] += 1
+        return self.wheel.get(tick)
+
+    def wheel_put(self, tick: int, blob: bytes) -> None:
+        self.calls["wheel"] += 1
+        self.wheel[tick] = blob
+
+    def wheel_remove(self, tick: int) -> None:
+        self.calls["wheel"] += 1
+        self.wheel.pop(tick, None)
+
+    def register_timer(self, at_ms: int) -> None:
+        self.calls["timer"] += 1
+        self.timers.add(at_ms)
+
+    def delete_timer(self, at_ms: int) -> None:
+        self.calls["timer"] += 1
+        self.timers.discard(at_ms)
 
 
 @dataclass

@@ -12,11 +12,14 @@ result rows are ``OUTPUT_SCHEMA`` tuples, one per output, state snapshot or dead
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from streamstate.jobs.kinds import Kind
 from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
+
+if TYPE_CHECKING:
+    from streamstate.jobs.state.spec import StateSpec
 
 KEY, VALUE, TIME, TOPIC, PARTITION, OFFSET = range(6)
 INPUT_COLUMNS = ("__ss_key", "__ss_value", "__ss_time", "__ss_topic", "__ss_partition", "__ss_offset")
@@ -42,6 +45,21 @@ class Plan:
     ordered_by_offset: bool
     snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
     output_limit_bytes: int = 1_000_000
+
+    @classmethod
+    def of(cls, spec: StateSpec, ordered_by_offset: bool = True) -> Plan:
+        """The plan of ``spec``; ``ordered_by_offset``: the input has source offsets to order a key's records by."""
+        return cls(
+            func=spec.func,
+            per_record=spec.per_record,
+            codec=StateCodec(spec.state_cls),
+            timeout_ms=spec.timeout_ms,
+            event_time=spec.event_time_column is not None,
+            late_to_dead_letter=spec.late_records == "dead_letter",
+            ordered_by_offset=ordered_by_offset,
+            snapshot=spec.snapshot_fn,
+            output_limit_bytes=spec.output_limit_bytes,
+        )
 
 
 def plain(value: Any) -> Any:

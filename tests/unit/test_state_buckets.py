@@ -14,61 +14,9 @@ from collections import Counter
 from hypothesis import given, settings as hsettings, strategies as st
 
 from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.buckets import TICK_MS, Bucket
-from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT
+from streamstate.jobs.state.buckets import TICK_MS, Bucket, MemoryBucketStore
+from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, Plan
 from streamstate.jobs.state.tester import StateTester, by_key
-from tests.unit.test_state_isolation import plan_of
-
-
-class DictStore:
-    """BucketStore in memory, counting the calls a real state server would get."""
-
-    def __init__(self):
-        self.hot: bytes | None = None
-        self.cold: dict[str, tuple] = {}
-        self.wheel: dict[int, bytes] = {}
-        self.timers: set[int] = set()
-        self.calls: Counter = Counter()
-
-    def load_hot(self):
-        self.calls["hot"] += 1
-        return self.hot
-
-    def save_hot(self, blob):
-        self.calls["hot"] += 1
-        self.hot = blob
-
-    def cold_get(self, key):
-        self.calls["cold"] += 1
-        return self.cold.get(key)
-
-    def cold_put(self, key, text, deadline):
-        self.calls["cold"] += 1
-        self.cold[key] = (text, deadline)
-
-    def cold_remove(self, key):
-        self.calls["cold"] += 1
-        self.cold.pop(key, None)
-
-    def wheel_get(self, tick):
-        self.calls["wheel"] += 1
-        return self.wheel.get(tick)
-
-    def wheel_put(self, tick, blob):
-        self.calls["wheel"] += 1
-        self.wheel[tick] = blob
-
-    def wheel_remove(self, tick):
-        self.calls["wheel"] += 1
-        self.wheel.pop(tick, None)
-
-    def register_timer(self, at_ms):
-        self.calls["timer"] += 1
-        self.timers.add(at_ms)
-
-    def delete_timer(self, at_ms):
-        self.calls["timer"] += 1
-        self.timers.discard(at_ms)
 
 
 class OneBucket:
@@ -77,8 +25,8 @@ class OneBucket:
     without data runs when it moved (as Spark's no-data batch does)."""
 
     def __init__(self, spec: StateSpec, hot_capacity: int):
-        self.plan = plan_of(spec)
-        self.store = DictStore()
+        self.plan = Plan.of(spec)
+        self.store = MemoryBucketStore()
         self.hot_capacity = hot_capacity
         self.watermark = 0
         self.max_time: int | None = None

@@ -11,14 +11,13 @@ import pytest
 from streamstate.contracts import Alert
 from streamstate.jobs.kinds import Kind
 from streamstate.jobs.state import Emit, StateSpec
-from streamstate.jobs.state.keyrun import KeyRun
+from streamstate.jobs.state.keyrun import KeyRun, Plan
 from streamstate.jobs.state.tester import StateTester
-from tests.unit.test_state_isolation import plan_of
 
 
 def engine_rows(spec: StateSpec, key, values) -> list[tuple]:
     rows = [(key, value, None, "t", 0, offset) for offset, value in enumerate(values)]
-    run = KeyRun(plan_of(spec), key, None, None, watermark_ms=-1, processing_time_ms=0)
+    run = KeyRun(Plan.of(spec), key, None, None, watermark_ms=-1, processing_time_ms=0)
     run.apply_rows(rows)
     return [row[:4] for row in run.rows]
 

@@ -18,20 +18,6 @@ from streamstate.jobs.state.tester import StateTester, by_key
 from streamstate.jobs.state.state import DEAD_LETTER_VALUE_LIMIT, REASON_LIMIT, StateCodec
 
 
-def plan_of(spec: StateSpec) -> Plan:
-    return Plan(
-        func=spec.func,
-        per_record=spec.per_record,
-        codec=StateCodec(spec.state_cls),
-        timeout_ms=spec.timeout_ms,
-        event_time=spec.event_time_column is not None,
-        late_to_dead_letter=spec.late_records == "dead_letter",
-        ordered_by_offset=True,
-        snapshot=spec.snapshot_fn,
-        output_limit_bytes=spec.output_limit_bytes,
-    )
-
-
 def as_json(spec: StateSpec, stored: bytes | None) -> str | None:
     """A stored state as the JSON its snapshot would publish (None: no state)."""
     codec = StateCodec(spec.state_cls)
@@ -41,7 +27,7 @@ def as_json(spec: StateSpec, stored: bytes | None) -> str | None:
 def engine_batch(spec: StateSpec, key, values):
     """One key's batch through the engine's per-key run: (rows, committed state as JSON)."""
     rows = [(key, value, None, "t", 0, offset) for offset, value in enumerate(values)]
-    run = KeyRun(plan_of(spec), key, None, None, watermark_ms=-1, processing_time_ms=0)
+    run = KeyRun(Plan.of(spec), key, None, None, watermark_ms=-1, processing_time_ms=0)
     run.apply_rows(rows)
     snapshot = run.snapshot_row()
     out = [(kind, payload, reason) for kind, _key, payload, reason, *_ in run.rows]
@@ -161,7 +147,7 @@ def test_a_timeout_call_that_raises_keeps_the_state_and_dead_letters_the_key():
     assert by_key(run.rows)["a"][-1] == (DEAD_LETTER, None, "RuntimeError: cannot close")
     assert run.store["a"] == StateCodec().encode(1) and "a" not in run.deadlines
 
-    engine = KeyRun(plan_of(StateSpec.function(fail_on_timeout).timeout(10).event_time("t")), "a", StateCodec().encode(1), 110, 200, 0)
+    engine = KeyRun(Plan.of(StateSpec.function(fail_on_timeout).timeout(10).event_time("t")), "a", StateCodec().encode(1), 110, 200, 0)
     engine.apply_timeout()
     assert engine.committed == StateCodec().encode(1) and engine.deadline is None and engine.snapshot_row() is None
     assert [r[0] for r in engine.rows] == [DEAD_LETTER]

@@ -1,0 +1,153 @@
+"""A job's bucket visits without Spark: what the state engine's Python costs per key.
+
+    .venv/bin/python -m bench.profile_buckets [--job sessions|anomalies] [--keys 20000]
+        [--records-per-batch 200000] [--batches 1] [--profile]
+
+Generates the benchmark's fixed-seed records with the project's producers, lays them out as
+the job's stateful operator receives them (the validated columns the rule reads plus the
+dead-letter columns, as one value struct; typed by the job's Spark schema), packs them per
+bucket with the engine's own ``pack``, and runs ``BucketProcessor.handleInputRows`` for every
+bucket over in-memory stores (``MemoryBucketStore``), batch after batch, the watermark
+following the events as the job's would. Prints the time per batch and per key, the state
+calls a state server would have served, and the hot sets' size; with ``--profile`` the
+functions cProfile finds busiest in the last batch.
+
+What it leaves out is Spark's side: the shuffle, the Arrow exchange with the JVM, the state
+server's round trips (counted, not timed), RocksDB. docs/profile.md compares the two.
+Buckets are chosen by CRC-32 here (Spark: ``xxhash64``); only their sizes matter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from bench.__main__ import SEED
+from streamstate.contracts import Metric, UserEvent
+from streamstate.jobs import anomalies_job, sessions_job
+from streamstate.jobs.state.buckets import TICK_MS, MemoryBucketStore
+from streamstate.jobs.state.keyrun import INPUT_COLUMNS, Plan
+from streamstate.jobs.state.packing import BLOB, BUCKET, pack
+from streamstate.jobs.state.processor import BucketProcessor
+from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, validated_schema, with_dead_letters
+from streamstate.producers.generators import MetricGenerator, UserEventGenerator
+from streamstate.settings import Settings
+
+JOBS = {
+    "sessions": (sessions_job, UserEvent, "user_id", lambda keys: UserEventGenerator(seed=SEED, users=keys, topic="bench")),
+    "anomalies": (anomalies_job, Metric, "series_id", lambda keys: MetricGenerator(seed=SEED, series=keys, topic="bench", anomaly_rate=0.001)),
+}
+PARTITIONS = 4
+
+
+@dataclass
+class Clock:
+    """The TimerValues a visit reads: the watermark follows the batches, processing time is fixed."""
+
+    watermark_ms: int = -1
+
+    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802 - Spark's TimerValues interface
+        return self.watermark_ms
+
+    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
+        return 0
+
+
+def packed_batch(records: list[dict], first_offset: int, key: str, value_type: pa.StructType, buckets: int) -> pa.Table:
+    """The records as the operator's input rows, packed per bucket by the engine."""
+    rows = [
+        record | {"topic": "bench", "partition": i % PARTITIONS, "offset": first_offset + i, "kafka_ts": record["ts"]}
+        for i, record in enumerate(records)
+    ]
+    fields = [pa.array([row.get(f.name) for row in rows], f.type) for f in value_type]
+    value = pa.StructArray.from_arrays(fields, fields=list(value_type))
+    named = dict(zip(value_type.names, fields))
+    keys = named[key]
+    table = pa.Table.from_arrays(
+        [keys, value, named["ts"], named["topic"], named["partition"], named["offset"],
+         pa.array([zlib.crc32(k.encode()) % buckets for k in keys.to_pylist()], pa.int32())],
+        names=[*INPUT_COLUMNS, BUCKET],
+    )
+    return pa.Table.from_batches(list(pack(iter(table.to_batches(max_chunksize=10_000)))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", choices=sorted(JOBS), default="sessions")
+    parser.add_argument("--keys", type=int, default=20_000, help="users or series")
+    parser.add_argument("--records-per-batch", type=int, default=200_000)
+    parser.add_argument("--batches", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="cProfile the last batch")
+    args = parser.parse_args()
+
+    job, contract, key, generator = JOBS[args.job]
+    settings = Settings()
+    spec = job.state_spec(settings)
+    plan = Plan.of(replace(spec, func=with_dead_letters(spec.func)))
+    schema = to_arrow_schema(validated_schema(contract))
+    value_type = pa.struct([schema.field(name) for name in (*job.STATE_COLUMNS, *DEAD_LETTER_COLUMNS)])
+
+    total = args.records_per_batch * args.batches
+    print(f"generating {total:,} {args.job} records over {args.keys:,} keys ...", flush=True)
+    records = [json.loads(record.value) for record in generator(args.keys).take(total)]
+    batches = []
+    for start in range(0, total, args.records_per_batch):
+        chunk = records[start:start + args.records_per_batch]
+        packed = packed_batch(chunk, start, key, value_type, spec.bucket_count)
+        batches.append((packed, max(r["ts"] for r in chunk)))
+
+    processor = BucketProcessor(plan, "EventTime", -(-spec.hot_key_capacity // spec.bucket_count), TICK_MS)
+    stores: dict[int, MemoryBucketStore] = {}
+    clock = Clock()
+
+    def visit_all(packed: pa.Table) -> int:
+        rows = 0
+        for bucket, blob in zip(packed.column(BUCKET).to_pylist(), packed.column(BLOB).to_pylist()):
+            processor.store = stores.setdefault(bucket, MemoryBucketStore())
+            for frame in processor.handleInputRows((bucket,), iter([pd.DataFrame({BLOB: [blob]})]), clock):
+                rows += len(frame)
+        return rows
+
+    for index, (packed, newest_ts) in enumerate(batches):
+        last = index == len(batches) - 1
+        profiler = cProfile.Profile() if args.profile and last else None
+        started = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        rows = visit_all(packed)
+        if profiler is not None:
+            profiler.disable()
+        seconds = time.perf_counter() - started
+        touched = len({k for k in packed_keys(packed)})
+        calls = sum((store.calls for store in stores.values()), Counter())
+        hot_bytes = sum(len(store.hot or b"") for store in stores.values())
+        note = " (under cProfile)" if profiler is not None else ""
+        print(
+            f"batch {index}: {args.records_per_batch:,} records, {touched:,} keys: {seconds * 1000:,.0f} ms{note} = "
+            f"{seconds / touched * 1000:.3f} ms/key; {rows:,} output rows; state calls so far {dict(calls)}; "
+            f"hot sets {hot_bytes / 1e6:.1f} MB",
+            flush=True,
+        )
+        clock.watermark_ms = newest_ts - settings.watermark_delay_ms
+        if profiler is not None:
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def packed_keys(packed: pa.Table):
+    """Every key of a packed batch (read back from the blobs)."""
+    for blob in packed.column(BLOB).to_pylist():
+        yield from pa.ipc.open_stream(blob).read_all().column(0).to_pylist()
+
+
+if __name__ == "__main__":
+    main()
