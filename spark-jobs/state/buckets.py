@@ -18,7 +18,7 @@ hot set, where their exact deadlines apply. So every key still times out in the 
 whose clock (watermark or processing time) reaches its deadline, as with one timer per key.
 
 Pure Python over the :class:`BucketStore` interface: the Spark processor implements it with
-transformWithState's state variables, the unit tests with dicts.
+transformWithState's state variables, :class:`MemoryBucketStore` in memory.
 """
 
 from __future__ import annotations
