@@ -237,12 +237,13 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     topics = spec.input_topics(settings) if settings.source == "kafka" else None
     try:
         budget = RestartBudget(settings.job_max_restarts)
+        committed = _last_commits(spark, spec, checkpoint)
         while True:
-            committed = _last_commits(spark, spec, checkpoint)
             failures = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, topics)
             if not failures or stop_requested.is_set():
                 break
-            if _last_commits(spark, spec, checkpoint) != committed:
+            committed, before = _last_commits(spark, spec, checkpoint), committed
+            if committed != before:
                 budget.renew()
             if any(is_source_reset(error) for _, error in failures):
                 if not _source_reset(spark, settings, failures, _checkpoints(spec, checkpoint)):
@@ -250,6 +251,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 if budget.next_delay() is None:  # starting over counts as a restart: lost input again and again ends the job
                     log.error("input records were lost under the checkpoint %d times in a row; the job stops", budget.used + 1)
                     return 2
+                committed = _last_commits(spark, spec, checkpoint)  # the checkpoints were moved aside
                 continue
             delay = budget.next_delay()
             next_step = (
