@@ -128,7 +128,7 @@ def main() -> None:
         if profiler is not None:
             profiler.disable()
         seconds = time.perf_counter() - started
-        touched = len({k for k in packed_keys(packed)})
+        touched = len(set(packed_keys(packed)))
         calls = sum((store.calls for store in stores.values()), Counter())
         hot_bytes = sum(len(store.hot or b"") for store in stores.values())
         note = " (under cProfile)" if profiler is not None else ""

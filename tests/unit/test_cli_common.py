@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from streamstate.cli_common import add_common_options, client_option, settings_from_args
+from streamstate.jobs.spark import LAUNCHER
 from streamstate.settings import REPO_ROOT, Settings
 
-# streamstate-spark-python is how Spark starts Python workers (tests/unit/test_spark_python.py), not a user command.
+# The launcher is how Spark starts Python workers (tests/unit/test_spark_python.py), not a user command.
 SCRIPTS = {
     name: target
     for name, target in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"].items()
-    if name != "streamstate-spark-python"
+    if name != LAUNCHER
 }
 BIN = Path(sys.executable).parent
 # Where each command takes its Kafka options (streamstate and streamstate-produce have sub-commands).
@@ -94,4 +95,3 @@ def test_client_options_reach_the_settings_merged_over_the_configured_ones(monke
     assert settings_from_args(args).kafka_client_options == {
         "security.protocol": "SSL", "client.id": "cli", "sasl.mechanism": "SCRAM-SHA-256",
     }
-

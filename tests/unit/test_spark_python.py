@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyspark
 
-from streamstate.jobs.spark import worker_python
+from streamstate.jobs.spark import LAUNCHER as LAUNCHER_NAME, worker_python
 
-LAUNCHER = Path(sys.executable).with_name("streamstate-spark-python")
+LAUNCHER = Path(sys.executable).with_name(LAUNCHER_NAME)
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
 
 
