@@ -56,3 +56,41 @@ mvn_copy() {
     fi
     rm -f "$log"
 }
+
+# go_release NAME MODULE RELEASE MODULE_VERSION: a MinIO-family release (MinIO, its mc client)
+# built from source through the Go module proxy into .deps/NAME-RELEASE/NAME. Their tags are
+# not semver, so MODULE_VERSION is the release commit's pseudo-version; their go.mod files
+# have no replace directives, so `go install module@version` builds them. The version stamps
+# are the ones their own release builds set. Cached; a first build takes minutes on 2 cores
+# (Go's module and build caches make later ones quick).
+go_release() {
+    local name="$1" module="$2" release="$3" module_version="$4"
+    local out="$DEPS_DIR/$name-$release" commit="${module_version##*-}" version ldflags status started
+    local stamp; stamp="$(stamp_of "$0" "$DEPS_SCRIPTS/common.sh")"
+    [ -f "$out/.installed-$stamp" ] && return 0
+    need go "build $name from source" golang
+    # RELEASE.2025-04-22T22-12-26Z -> 2025-04-22T22:12:26Z, the format of their Version.
+    version="$(echo "${release#RELEASE.}" | sed -E 's/T([0-9]{2})-([0-9]{2})-([0-9]{2})Z$/T\1:\2:\3Z/')"
+    ldflags="-s -w -X $module/cmd.Version=$version -X $module/cmd.ReleaseTag=$release"
+    ldflags="$ldflags -X $module/cmd.CommitID=$commit -X $module/cmd.ShortCommitID=$commit"
+    say "building $name $release ($module@$module_version) with $(go version | cut -d' ' -f3); the first build takes minutes"
+    fresh_dir "$out.tmp"
+    started=$SECONDS
+    set +e
+    # -v names each package as it is compiled: one progress line per 200 of them.
+    GOBIN="$out.tmp" CGO_ENABLED=0 GOFLAGS=-mod=mod nice -n 10 go install -v -trimpath -ldflags "$ldflags" "$module@$module_version" 2>&1 \
+        | tee "$out.tmp/.build.log" | awk -v name="$name" '
+            /^go: downloading/ { d++; if (d % 100 == 0) { print "[deps] " name ": " d " modules downloaded"; fflush() } next }
+            { n++; if (n % 200 == 0) { print "[deps] " name ": " n " packages compiled"; fflush() } }' >&2
+    status=${PIPESTATUS[0]}
+    set -e
+    if [ "$status" -ne 0 ]; then
+        grep -v '^go: downloading' "$out.tmp/.build.log" | tail -20 >&2
+        die "go install $module@$module_version failed (log: $out.tmp/.build.log)"
+    fi
+    "$out.tmp/$name" --version | grep -q "$release" || die "the built $name does not report $release"
+    if [ -e "$out" ]; then fresh_dir "$out"; rm -rf -- "$out"; fi
+    mv -- "$out.tmp" "$out"
+    touch "$out/.installed-$stamp"
+    say "$name $release ready in $out/$name (built in $((SECONDS - started)) s)"
+}
