@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -95,6 +96,29 @@ def produce_scenario(
     assert len(landed) == len(scenario.records)
     scenario.produced = landed
     return landed
+
+
+class Feeder:
+    """Produces the scenario in ``chunks`` consecutive slices, each once, on demand."""
+
+    def __init__(self, bootstrap: str, settings: Settings, scenario: Scenario, chunks: int):
+        self._bootstrap, self._settings, self.scenario = bootstrap, settings, scenario
+        size = -(-len(scenario.records) // chunks)
+        self._slices = [scenario.records[i : i + size] for i in range(0, len(scenario.records), size)]
+        self._fed = 0
+        self._lock = threading.Lock()
+        scenario.produced = []
+
+    def feed(self, upto: int) -> None:
+        with self._lock:
+            while self._fed <= min(upto, len(self._slices) - 1):
+                chunk = Scenario(self.scenario.seed, self._slices[self._fed])
+                self.scenario.produced += produce_scenario(self._bootstrap, chunk, self._settings)
+                self._fed += 1
+
+    def produced_on(self, topic: str) -> int:
+        with self._lock:
+            return sum(r.topic == topic for r in self.scenario.produced)
 
 
 @dataclass

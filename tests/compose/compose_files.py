@@ -17,8 +17,15 @@ from streamstate.settings import REPO_ROOT
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / ".env.example"
-# The variables compose requires (${VAR:?message}): the user sets them in .env.
-SECRETS = ("MINIO_ROOT_PASSWORD", "GRAFANA_ADMIN_PASSWORD", "API_TOKEN")
+# The stack's secrets: the variable .env may set and the file the `secrets` service writes
+# into the `secrets` volume (generated when the variable is empty).
+SECRETS = {"MINIO_ROOT_PASSWORD": "minio-root-password", "GRAFANA_ADMIN_PASSWORD": "grafana-admin-password",
+           "API_TOKEN": "api-token"}
+SECRETS_DIR = "/run/secrets"
+GENERATE_SECRETS = REPO_ROOT / "infra" / "secrets" / "generate.sh"
+FILE_ENV = REPO_ROOT / "infra" / "docker" / "file-env.sh"
+# The compose file for machines that reach no registry: the stand-ins `make images` builds.
+LOCAL_IMAGES_FILE = REPO_ROOT / "infra" / "docker" / "compose.local-images.yml"
 # `${VAR}`, `${VAR:-default}`, `${VAR:?message}`: group 1 the name, group 2 the operator, group 3 the rest.
 VARIABLE = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile",
@@ -47,20 +54,18 @@ def compose_defaults() -> dict[str, str]:
     return {name: rest for name, op, rest in VARIABLE.findall(COMPOSE_FILE.read_text()) if op in ("-", ":-")}
 
 
-def throwaway_secrets() -> dict[str, str]:
-    """Throw-away values for the required secrets (offline validation, the compose stack test)."""
-    import secrets
-
-    return {name: secrets.token_urlsafe(16) for name in SECRETS}
-
-
 def dockerignored(path: str) -> bool:
-    """Whether .dockerignore keeps ``path`` (relative to the repository) out of the build context."""
+    """Whether .dockerignore keeps ``path`` (relative to the repository) out of the build context:
+    the last pattern that matches it or a folder above it decides (``!pattern`` lets it back in)."""
     patterns = [line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
     parts = path.strip("/").split("/")
     prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    return any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes for pattern in patterns)
+    excluded = False
+    for pattern in patterns:
+        if any(fnmatch.fnmatch(prefix, pattern.removeprefix("!")) for prefix in prefixes):
+            excluded = not pattern.startswith("!")
+    return excluded
 
 
 def pyproject() -> dict[str, Any]:
@@ -122,6 +127,21 @@ def image_tag(image: str) -> str | None:
     name = image.split("@", 1)[0]
     last = name.rsplit("/", 1)[-1]
     return last.split(":", 1)[1] if ":" in last else None
+
+
+def compose_config_without_dot_env(*files: Path) -> subprocess.CompletedProcess:
+    """`docker-compose config` of ``files`` as a user with a fresh clone sees it: no .env (an
+    empty one stands in for a developer's own), no secret set in the environment."""
+    import os
+    import tempfile
+
+    environment = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    arguments = [argument for path in files for argument in ("-f", str(path))]
+    with tempfile.NamedTemporaryFile("w", suffix=".env") as empty:
+        return subprocess.run(
+            [docker_compose_binary(), "--env-file", empty.name, *arguments, "config"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=environment,
+        )
 
 
 def docker_compose_binary() -> str:

@@ -24,7 +24,7 @@ from streamstate.production import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3C
 from streamstate.profiles import PRODUCTION
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.stack import EmbeddedStack, object_store_settings
-from tests.compose.compose_files import VARIABLE, Dockerfile, compose, compose_defaults, image_tag, throwaway_secrets
+from tests.compose.compose_files import VARIABLE, Dockerfile, compose, compose_defaults, image_tag
 
 SERVICES = compose()["services"]
 VERSIONS = deps.versions()
@@ -32,6 +32,7 @@ VERSIONS = deps.versions()
 # Each compose service and the launcher method (EmbeddedStack, or the tests' StandaloneCluster)
 # that runs its part natively; None: compose only, for the reason given.
 NATIVE_COUNTERPART = {
+    "secrets": None,  # natively the object store's credentials are made per data directory and the API has no token
     "kafka": "start_kafka",
     "topics": "start_kafka",  # creates the topics of infra/kafka/topics.toml once the broker answers
     "minio": "start_object_store",
@@ -55,13 +56,13 @@ JOB_DIFFERENCES = {
     "STREAMSTATE_SPARK_DRIVER_HOST": "executors in other containers reach the driver by its container name",
     "STREAMSTATE_CORES_MAX": "sizing on the compose cluster, where two jobs share two workers",
     "STREAMSTATE_EXECUTOR_CORES": "sizing on the compose cluster",
-    "AWS_ACCESS_KEY_ID": "the object store's credentials: from .env in compose, made per data directory natively",
-    "AWS_SECRET_ACCESS_KEY": "the object store's credentials: from .env in compose, made per data directory natively",
+    "AWS_ACCESS_KEY_ID": "the object store's user: from .env or its default in compose, made per data directory natively",
+    "AWS_SECRET_ACCESS_KEY_FILE": "the object store's password: a generated secret's file in compose, made per data directory natively",
 }
 API_DIFFERENCES = {
     "STREAMSTATE_BOOTSTRAP_SERVERS": JOB_DIFFERENCES["STREAMSTATE_BOOTSTRAP_SERVERS"],
     "STREAMSTATE_API_HOST": "in a container the API listens on every interface; compose publishes it on 127.0.0.1 only",
-    "STREAMSTATE_API_TOKEN": "required in compose; off natively, where every port is on loopback",
+    "STREAMSTATE_API_TOKEN_FILE": "a generated secret's file in compose; off natively, where every port is on loopback",
 }
 # Kafka settings that are addresses: the container network and the host listener differ by design.
 KAFKA_ADDRESSING = {
@@ -71,9 +72,9 @@ KAFKA_ADDRESSING = {
 
 
 def interpolate(value) -> str:
-    """A compose value as compose would see it with .env copied from .env.example (defaults, secrets set)."""
-    defaults, secrets = compose_defaults(), throwaway_secrets()
-    return VARIABLE.sub(lambda m: secrets.get(m[1]) or defaults.get(m[1], ""), str(value))
+    """A compose value as compose sees it without a .env (every variable at its default)."""
+    defaults = compose_defaults()
+    return VARIABLE.sub(lambda m: defaults.get(m[1], ""), str(value))
 
 
 def environment(service: str) -> dict[str, str]:
@@ -171,7 +172,8 @@ def test_the_jobs_environment_is_the_production_profiles(job, tmp_path):
     compose_env = environment(job)
     for key, value in compose_env.items():
         if key in JOB_DIFFERENCES:
-            assert key in native or key in ("STREAMSTATE_CORES_MAX", "STREAMSTATE_EXECUTOR_CORES"), key
+            # A *_FILE variable is read into its variable by the image's entry point (file-env.sh).
+            assert key.removesuffix("_FILE") in native or key in ("STREAMSTATE_CORES_MAX", "STREAMSTATE_EXECUTOR_CORES"), key
             continue
         assert native.get(key) == value, f"{key}: compose {value!r}, native production profile {native.get(key)!r}"
     # What makes it the production path is set on both sides.

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import yaml
 
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.topics import load_topics
-from tests.compose.compose_files import COMPOSE_FILE, ENV_EXAMPLE, docker_compose_binary, image_tag, throwaway_secrets
+from tests.compose.compose_files import COMPOSE_FILE, compose_config_without_dot_env, image_tag
 
 OVERLAY = REPO_ROOT / "docker-compose.kinesis.yml"
 
 
 def merged() -> dict:
-    """The overlay merged onto docker-compose.yml, as a user who copied .env.example to .env sees it."""
-    result = subprocess.run(
-        [docker_compose_binary(), "--env-file", str(ENV_EXAMPLE), "-f", str(COMPOSE_FILE), "-f", str(OVERLAY), "config"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **throwaway_secrets()},
-    )
+    """The overlay merged onto docker-compose.yml, as a user without a .env sees it."""
+    result = compose_config_without_dot_env(COMPOSE_FILE, OVERLAY)
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
 

@@ -8,8 +8,10 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from streamstate.job_registry import JOBS
 from streamstate.observability import COMPOSE_TARGETS
@@ -17,18 +19,21 @@ from streamstate.settings import REPO_ROOT
 from tests.compose.compose_files import (
     COMPOSE_FILE,
     DOCKERFILES,
-    ENV_EXAMPLE,
+    FILE_ENV,
+    GENERATE_SECRETS,
+    LOCAL_IMAGES_FILE,
     SECRETS,
+    SECRETS_DIR,
     VARIABLE,
     Dockerfile,
     compose,
+    compose_config_without_dot_env,
     compose_defaults,
     docker_compose_binary,
     dockerignored,
     env_example,
     image_tag,
     pyproject,
-    throwaway_secrets,
 )
 
 SERVICES = compose()["services"]
@@ -36,36 +41,99 @@ ONE_SHOT = {name for name, service in SERVICES.items() if service.get("restart")
 LONG_RUNNING = set(SERVICES) - ONE_SHOT
 
 
-def docker_compose_config(extra_env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`docker-compose config -q` as a user who copied .env.example to .env (and set ``extra_env``)."""
-    environment = {k: v for k, v in os.environ.items() if k not in SECRETS}
-    return subprocess.run(
-        [docker_compose_binary(), "--env-file", str(ENV_EXAMPLE), "-f", str(COMPOSE_FILE), "config", "-q"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**environment, **extra_env},
-    )
+def docker_compose_config(*files: Path) -> subprocess.CompletedProcess:
+    return compose_config_without_dot_env(COMPOSE_FILE, *files)
 
 
-def test_docker_compose_config_is_valid():
-    result = docker_compose_config(throwaway_secrets())
+@pytest.mark.parametrize("files", [(), (LOCAL_IMAGES_FILE,)], ids=["official-images", "local-images"])
+def test_docker_compose_config_is_valid_without_a_dot_env(files):
+    result = docker_compose_config(*files)
     assert result.returncode == 0, result.stderr
     assert "variable is not set" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("secret", SECRETS)
-def test_compose_refuses_to_start_without_each_secret(secret):
-    values = throwaway_secrets()
-    del values[secret]
-    result = docker_compose_config(values)
-    assert result.returncode != 0
-    assert f"set {secret} in .env" in result.stderr, result.stderr
+def test_the_local_images_file_only_swaps_images_and_base():
+    merged = yaml.safe_load(docker_compose_config(LOCAL_IMAGES_FILE).stdout)["services"]
+    built = {service["image"] for service in merged.values() if "build" in service}
+    for name, service in merged.items():
+        original = SERVICES[name]
+        if service.get("profiles") or ("build" not in service and service["image"] in built):
+            continue
+        if "build" in service:
+            assert service["build"]["args"]["PYTHON_IMAGE"].startswith("streamstate-base:"), name
+            assert service["image"] == original["image"], f"{name}: the project's images keep their names"
+        else:
+            assert service["image"].startswith("streamstate-local/"), f"{name} would pull {service['image']}"
+            assert image_tag(service["image"]) == image_tag(original["image"]), f"{name}: not the same release"
+        for key in ("command", "environment", "healthcheck", "ports"):
+            assert (key in service) == (key in original), f"{name}: {key} added or dropped"
+    opt_in = {name for name, service in merged.items() if service.get("profiles")}
+    assert opt_in == {"grafana"}, "only Grafana (no stand-in) leaves the default profile"
 
 
-def test_secrets_are_required_and_have_no_default_anywhere():
+def test_secrets_have_no_value_anywhere_in_the_repository():
     uses = VARIABLE.findall(COMPOSE_FILE.read_text())
     for secret in SECRETS:
-        operators = {op for name, op, _ in uses if name == secret}
-        assert operators == {":?"}, f"{secret} must always be ${{{secret}:?message}}, found {operators}"
-        assert env_example()[secret] == "", f".env.example must leave {secret} empty"
+        defaults = {rest for name, op, rest in uses if name == secret}
+        assert defaults <= {""}, f"{secret} has a default in docker-compose.yml: {defaults}"
+        assert env_example().get(secret, "") == "", f".env.example must leave {secret} empty"
+
+
+def test_services_read_secrets_from_the_generated_files_only():
+    generator = SERVICES["secrets"]
+    assert generator["entrypoint"][-1] == "/app/infra/secrets/generate.sh"
+    assert generator["network_mode"] == "none"
+    assert set(generator["environment"]) == set(SECRETS)
+    for name, service in SERVICES.items():
+        environment = service.get("environment") or {}
+        for key, value in environment.items():
+            if key.endswith("_FILE") and str(value).startswith(SECRETS_DIR):
+                assert str(value).removeprefix(SECRETS_DIR + "/") in SECRETS.values(), f"{name}: {key}={value}"
+                assert f"secrets:{SECRETS_DIR}:ro" in service["volumes"], f"{name} reads {value} without the volume"
+                # Directly, or through a dependency that waits for it (minio-init waits for minio).
+                dependencies = service["depends_on"]
+                assert "secrets" in dependencies or any("secrets" in SERVICES[d]["depends_on"] for d in dependencies), name
+            elif name != "secrets":
+                assert not re.search(r"PASSWORD|SECRET|TOKEN", key) or key.endswith("_FILE"), f"{name}: {key} in plain"
+
+
+def run_generate(directory: Path, **given: str) -> dict[str, str]:
+    environment = {"PATH": os.environ["PATH"], "SECRETS_DIR": str(directory), **given}
+    result = subprocess.run(["sh", str(GENERATE_SECRETS)], env=environment, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return {name: (directory / file).read_text() for name, file in SECRETS.items()}
+
+
+def test_the_secrets_service_generates_random_secrets_once_and_keeps_them(tmp_path):
+    first = run_generate(tmp_path)
+    assert len(set(first.values())) == len(SECRETS), "each secret is its own random value"
+    for value in first.values():
+        assert re.fullmatch(r"[A-Za-z0-9_-]{43}", value), value
+    assert run_generate(tmp_path) == first, "a restart keeps the generated secrets"
+    assert run_generate(tmp_path / "other") != first, "another stack gets other secrets"
+    modes = {oct((tmp_path / file).stat().st_mode & 0o777) for file in SECRETS.values()}
+    assert modes == {"0o444"}, modes
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_secrets_service_writes_a_value_set_in_dot_env(tmp_path):
+    run_generate(tmp_path)
+    written = run_generate(tmp_path, API_TOKEN="my-own-token-0123456789")
+    assert written["API_TOKEN"] == "my-own-token-0123456789"
+
+
+def test_the_images_entry_point_reads_file_variables(tmp_path):
+    (tmp_path / "api-token").write_text("from-a-file")
+    environment = {"PATH": os.environ["PATH"], "SECRETS_DIR": str(tmp_path),
+                   "STREAMSTATE_API_TOKEN_FILE": str(tmp_path / "api-token"), "OTHER_FILE": "/app/kept.toml"}
+    probe = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if 'TOKEN' in k or 'OTHER' in k}))"
+    result = subprocess.run(["sh", str(FILE_ENV), sys.executable, "-c", probe], env=environment,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"STREAMSTATE_API_TOKEN": "from-a-file", "OTHER_FILE": "/app/kept.toml"}
+    environment["STREAMSTATE_API_TOKEN_FILE"] = str(tmp_path / "missing")
+    result = subprocess.run(["sh", str(FILE_ENV), "true"], env=environment, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0 and "cannot be read" in result.stderr
 
 
 def test_every_variable_the_compose_file_uses_is_documented_in_env_example():
@@ -104,7 +172,14 @@ def test_every_service_has_a_memory_limit():
 
 
 def test_the_api_requires_a_token_in_compose():
-    assert SERVICES["api"]["environment"]["STREAMSTATE_API_TOKEN"].startswith("${API_TOKEN:?")
+    assert SERVICES["api"]["environment"]["STREAMSTATE_API_TOKEN_FILE"] == f"{SECRETS_DIR}/{SECRETS['API_TOKEN']}"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_the_project_images_enter_through_file_env(path):
+    entrypoints = [rest for keyword, rest in Dockerfile.read(path).instructions if keyword == "ENTRYPOINT"]
+    assert entrypoints and "infra/docker/file-env.sh" in entrypoints[-1]
+    assert not dockerignored("infra/docker/file-env.sh")
 
 
 def test_the_spark_ui_cannot_kill_in_the_image():
@@ -171,6 +246,19 @@ def test_dockerfile_copies_everything_pip_install_needs(path):
     else:
         absent = sorted(n for n in needed if n not in copied)
     assert not absent, f"{path}: the image lacks {absent}"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_the_source_tree_does_not_shadow_the_installed_package(path):
+    # Found by the compose test: Spark's Python workers, started in /app, imported the source
+    # folder streamstate/ (which has no streamstate.jobs) instead of the installed package.
+    workdir, source_dirs = None, set()
+    for keyword, rest in Dockerfile.read(path).instructions:
+        if keyword == "WORKDIR":
+            workdir = rest
+        elif keyword == "COPY" and rest.split()[0] == ".":
+            source_dirs.add(workdir if rest.split()[-1] in (".", "./") else rest.split()[-1])
+    assert source_dirs and workdir not in source_dirs, f"{path}: the final WORKDIR {workdir} holds the source"
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))

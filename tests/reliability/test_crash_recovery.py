@@ -14,7 +14,6 @@ outputs (and the API, which shows each alert once) still equal the reference."""
 from __future__ import annotations
 
 import random
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -24,7 +23,7 @@ from streamstate.settings import Settings
 from tests.integration.api_harness import wait_until
 from tests.reliability.conftest import BREAK_CHECKPOINT, LARGE
 from tests.reliability.crashing import crash_repeatedly, start
-from tests.scenario import Scenario, assert_outputs_match, build_scenario, collect_outputs, produce_scenario
+from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -36,29 +35,6 @@ CYCLES = 10 if LARGE else 3
 CYCLES_PRODUCTION = 10 if LARGE else 2
 EVENTS, METRICS = (2_500, 1_500) if LARGE else (800, 500)
 JOBS = ("sessions", "anomalies")
-
-
-class Feeder:
-    """Produces the scenario in ``chunks`` consecutive slices, each once, on demand."""
-
-    def __init__(self, bootstrap: str, settings: Settings, scenario: Scenario, chunks: int):
-        self._bootstrap, self._settings, self.scenario = bootstrap, settings, scenario
-        size = -(-len(scenario.records) // chunks)
-        self._slices = [scenario.records[i : i + size] for i in range(0, len(scenario.records), size)]
-        self._fed = 0
-        self._lock = threading.Lock()
-        scenario.produced = []
-
-    def feed(self, upto: int) -> None:
-        with self._lock:
-            while self._fed <= min(upto, len(self._slices) - 1):
-                chunk = Scenario(self.scenario.seed, self._slices[self._fed])
-                self.scenario.produced += produce_scenario(self._bootstrap, chunk, self._settings)
-                self._fed += 1
-
-    def produced_on(self, topic: str) -> int:
-        with self._lock:
-            return sum(r.topic == topic for r in self.scenario.produced)
 
 
 def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stack, tmp_path):
