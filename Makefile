@@ -20,13 +20,18 @@ TEST_JVM_OPTIONS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
 
-.PHONY: run test bench setup lock java spark-pin test-deps deps versions kinesis-server clean
+.PHONY: run test images bench setup lock java spark-pin test-deps deps versions kinesis-server clean
 
 run: setup $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
 	$(BIN)/streamstate up --profile $(PROFILE)
 
-test: setup test-deps deps      ## the whole test suite (CI runs this)
-	JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker engine and the images included
+	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+
+images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs)
+	bash infra/docker/engine.sh start
+	bash infra/deps/install-mc.sh
+	bash infra/docker/build-images.sh
 
 deps: setup                     ## the production profile's parts: Spark jars, Apache Kafka, MinIO (cached in .deps/)
 	bash infra/deps/install-spark-jars.sh

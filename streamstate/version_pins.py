@@ -22,6 +22,7 @@ from streamstate.settings import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 COMPOSE_KINESIS = REPO_ROOT / "docker-compose.kinesis.yml"
+COMPOSE_LOCAL_IMAGES = REPO_ROOT / "infra" / "docker" / "compose.local-images.yml"
 DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile", REPO_ROOT / "producers" / "Dockerfile"]
 
 
@@ -43,6 +44,11 @@ PINS = [
     Pin(COMPOSE, r"^(\s+image: grafana/grafana:)(\S+)$", "GRAFANA_VERSION"),
     Pin(COMPOSE, r"^(\s+PYTHON_IMAGE: )(\S+)$", "PYTHON_IMAGE"),
     Pin(COMPOSE_KINESIS, r"^(\s+image: )(node:\S+)$", "NODE_IMAGE"),
+    # The stand-ins build-images.sh tags from the same versions.
+    Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/kafka:)(\S+)$", "KAFKA_VERSION"),
+    Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/minio:)(\S+)$", "MINIO_RELEASE"),
+    Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/mc:)(\S+)$", "MC_RELEASE"),
+    Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/prometheus:v)(\S+)$", "PROMETHEUS_VERSION"),
     *(Pin(path, r"^(ARG PYTHON_IMAGE=)(\S+)$", "PYTHON_IMAGE") for path in DOCKERFILES),
 ]
 

@@ -1,17 +1,26 @@
-"""The compose stack end to end, with testcontainers: the embedded e2e scenario on a cluster.
+"""The compose stack end to end, with testcontainers, on the images `make images` builds here.
 
-Brings up docker-compose.yml (everything but the demo producers, so the scenario is the
-only traffic), produces the shared scenario of ``tests/scenario.py``, and asserts with
-the same functions as the embedded end-to-end test: alerts on the alerts topic and the
-API's REST snapshots. Then it checks the checkpoints are objects in the MinIO bucket,
-restarts the sessions job's container and asserts it resumed from them: its state and
-offsets survive (no output is re-emitted, the snapshots are unchanged) and it keeps
-processing. Without a Docker engine every test here skips with the reason.
+Brings up docker-compose.yml with infra/docker/compose.local-images.yml (everything but the
+demo producers, so the scenario is the only traffic; Grafana has no local image), with no
+.env: the secrets are the ones the `secrets` service generates. Then, in one story:
+
+1. the shared scenario of ``tests/scenario.py`` is produced in parts while a Spark worker
+   and then the Kafka container are killed (``docker kill``) and started again;
+2. the output topics and the API (through the generated bearer token) equal the plain-Python
+   reference exactly, and the checkpoints are objects in the MinIO bucket;
+3. ``docker compose down`` (volumes kept) and ``up``: the jobs resume from their S3
+   checkpoints and re-emit nothing; the scenario's last part then brings the outputs to
+   the reference again, so nothing was lost either.
+
+Without a Docker engine every test here fails rather than skips unless DOCKER_TESTS=off is
+set: `make test` starts one (infra/docker/engine.sh). testcontainers' DockerCompose drives
+the compose CLI and starts no Ryuk container (its image cannot be pulled here); the stack is
+torn down (``down -v``) explicitly, whatever the outcome.
 """
 
 from __future__ import annotations
 
-import re
+import os
 import subprocess
 import time
 import urllib.request
@@ -19,19 +28,21 @@ import urllib.request
 import pytest
 
 from streamstate.settings import REPO_ROOT, Settings
-from tests.compose.compose_files import ENV_EXAMPLE, compose, compose_defaults, throwaway_secrets
+from streamstate.stack import free_port
+from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, compose_defaults
 
-# .env as a user makes it: the example with the secrets set (written to a temporary file).
-DEFAULTS = compose_defaults()
-SECRETS = throwaway_secrets()
-BOOTSTRAP = f"127.0.0.1:{DEFAULTS['KAFKA_HOST_PORT']}"
-API_URL = f"http://127.0.0.1:{DEFAULTS['API_PORT']}"
-AUTH = {"Authorization": f"Bearer {SECRETS['API_TOKEN']}"}
+PROJECT = "streamstate-compose-test"
 SCENARIO_SEED = 2026
-# The demo producers would mix their traffic into the scenario's topics.
-SERVICES = ["kafka", "topics", "minio", "minio-init", "spark-master", "spark-worker-1", "spark-worker-2",
-            "sessions-job", "anomalies-job", "api", "prometheus", "grafana"]
-HEALTHY_WITHIN_S = 900
+# The demo producers would mix their traffic into the scenario's topics; Grafana has no local image.
+SERVICES = ["secrets", "kafka", "topics", "minio", "minio-init", "spark-master", "spark-worker-1", "spark-worker-2",
+            "sessions-job", "anomalies-job", "api", "prometheus"]
+JOB_METRICS_PORTS = {
+    service: int(compose()["services"][service]["environment"][f"STREAMSTATE_{service.removesuffix('-job').upper()}_METRICS_PORT"])
+    for service in ("sessions-job", "anomalies-job")
+}
+# The scenario in five parts: one before each fault, one after the down/up.
+PARTS = 5
+HEALTHY_WITHIN_S = 600
 
 
 def docker_unavailable_reason() -> str | None:
@@ -48,72 +59,127 @@ def docker_unavailable_reason() -> str | None:
     return None
 
 
-SKIP_REASON = docker_unavailable_reason()
+# An engine is part of `make test` (it starts one): a missing one fails these tests, unless the
+# user opted out of the Docker tests (DOCKER_TESTS=off, e.g. on a machine without root).
+OPTED_OUT = os.environ.get("DOCKER_TESTS", "").lower() == "off"
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.timeout(3600),
-    pytest.mark.skipif(SKIP_REASON is not None, reason=f"compose stack tests need Docker: {SKIP_REASON}"),
+    pytest.mark.skipif(OPTED_OUT, reason="DOCKER_TESTS=off: the Docker tests were opted out of"),
 ]
 
 
-def wait_until_healthy(compose, services: list[str], timeout_s: float) -> None:
-    """Every long-running service healthy, every one-shot service exited 0."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        states = {c.Service: c for c in compose.get_containers(include_all=True)}
-        pending = []
-        for name in services:
-            container = states.get(name)
-            if container is None:
-                pending.append(f"{name}: not created")
-            elif container.State == "exited":
-                if container.ExitCode != 0:
-                    raise AssertionError(f"{name} exited with {container.ExitCode}:\n{compose.get_logs(name)[0][-3000:]}")
-            elif container.Health != "healthy":
-                pending.append(f"{name}: {container.State}/{container.Health or 'no health yet'}")
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError("services not healthy in time: " + "; ".join(pending))
-        time.sleep(5)
+class Stack:
+    """The running compose project: its CLI, the host ports it publishes, its generated token."""
+
+    def __init__(self, compose_stack, bootstrap: str, api_url: str):
+        self.compose, self.bootstrap, self.api_url = compose_stack, bootstrap, api_url
+        self.token = self.read_secret(SECRETS["API_TOKEN"])
+
+    def cli(self, *arguments: str, timeout: float = 600) -> str:
+        result = subprocess.run([*self.compose.compose_command_property, *arguments], cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, f"docker compose {' '.join(arguments)}:\n{result.stderr[-3000:]}"
+        return result.stdout
+
+    def read_secret(self, name: str) -> str:
+        return self.cli("exec", "-T", "api", "cat", f"/run/secrets/{name}").strip()
+
+    def kill(self, service: str) -> None:
+        """SIGKILL, as a crash: compose's restart policy leaves a killed container down."""
+        container = self.compose.get_container(service).ID
+        subprocess.run(["docker", "kill", container], check=True, capture_output=True, timeout=60)
+
+    def wait_until_healthy(self, services: list[str], timeout_s: float = HEALTHY_WITHIN_S) -> None:
+        """Every long-running service healthy, every one-shot service exited 0."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = {c.Service: c for c in self.compose.get_containers(include_all=True)}
+            pending = []
+            for name in services:
+                container = states.get(name)
+                if container is None:
+                    pending.append(f"{name}: not created")
+                elif container.State == "exited":
+                    if container.ExitCode != 0:
+                        raise AssertionError(f"{name} exited with {container.ExitCode}:\n{self.cli('logs', name)[-3000:]}")
+                elif container.Health != "healthy":
+                    pending.append(f"{name}: {container.State}/{container.Health or 'no health yet'}")
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("services not healthy in time: " + "; ".join(pending))
+            time.sleep(3)
+
+    def job_batches(self, service: str) -> float:
+        """streamstate_job_batches_total of a job, read inside its container (the port is not published)."""
+        probe = (
+            "import urllib.request; t = urllib.request.urlopen('http://localhost:%d/metrics', timeout=5).read().decode(); "
+            "print(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('streamstate_job_batches_total')))"
+        ) % JOB_METRICS_PORTS[service]
+        return float(self.cli("exec", "-T", service, "python", "-c", probe).strip() or 0)
+
+    def wait_for_batches(self, count: int, timeout_s: float = 300) -> None:
+        """Each job runs ``count`` more batches (empty ones included): it is up and reading."""
+        start = {service: self.job_batches(service) for service in JOB_METRICS_PORTS}
+        deadline = time.monotonic() + timeout_s
+        for service in JOB_METRICS_PORTS:
+            while self.job_batches(service) < start[service] + count:
+                assert time.monotonic() < deadline, f"{service} runs no batches:\n{self.cli('logs', '--tail', '60', service)}"
+                time.sleep(3)
+
+    def api_page(self, path: str) -> bytes:
+        request = urllib.request.Request(f"{self.api_url}{path}", headers={"Authorization": f"Bearer {self.token}"})
+        return urllib.request.urlopen(request, timeout=10).read()
+
+
+def missing_local_images() -> list[str]:
+    """The images the stack runs that are not on this engine (never pulled: `make images` builds them)."""
+    result = subprocess.run(
+        ["docker", "compose", "-f", "docker-compose.yml", "-f", str(LOCAL_IMAGES_FILE), "config", "--images", *SERVICES],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    images = sorted(set(result.stdout.split()))
+    return [image for image in images
+            if subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=60).returncode != 0]
 
 
 @pytest.fixture(scope="module")
-def compose_stack(tmp_path_factory):
+def stack(tmp_path_factory):
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"the compose test needs a Docker engine, which `make test` starts: {reason} "
+                    "(DOCKER_TESTS=off opts out)")
+    missing = missing_local_images()
+    assert not missing, f"images not built: {missing}; run `make images` (images are never pulled)"
+
     from testcontainers.compose import DockerCompose
 
-    env_file = tmp_path_factory.mktemp("compose") / ".env"
-    text = ENV_EXAMPLE.read_text()
-    for name, value in SECRETS.items():
-        text = re.sub(rf"^{name}=$", f"{name}={value}", text, flags=re.MULTILINE)
-    env_file.write_text(text)
-    stack = DockerCompose(
-        context=REPO_ROOT, compose_file_name=["docker-compose.yml"], build=True, wait=False, services=SERVICES,
-        quiet_build=True, env_file=str(env_file),
+    # No .env: what a fresh clone runs. Only the published host ports are the test's own, so a
+    # stack the user runs (or another test session) does not collide with this one.
+    ports = {name: free_port() for name in ("KAFKA_HOST_PORT", "API_PORT", "GRAFANA_PORT", "PROMETHEUS_PORT",
+                                           "MINIO_API_PORT", "MINIO_CONSOLE_PORT", "SPARK_MASTER_UI_PORT")}
+    env_file = tmp_path_factory.mktemp("compose") / "ports.env"
+    env_file.write_text("".join(f"{name}={port}\n" for name, port in {"COMPOSE_PROJECT_NAME": PROJECT, **ports}.items()))
+    assert not set(SECRETS) & set(os.environ), "a secret set in the environment would bypass the generated ones"
+    compose_stack = DockerCompose(
+        context=REPO_ROOT, compose_file_name=["docker-compose.yml", str(LOCAL_IMAGES_FILE)], build=False, pull=False,
+        wait=False, services=SERVICES, env_file=str(env_file),
     )
-    stack.start()
     try:
-        wait_until_healthy(stack, SERVICES, HEALTHY_WITHIN_S)
-        yield stack
+        compose_stack.start()
+        running = Stack(compose_stack, f"127.0.0.1:{ports['KAFKA_HOST_PORT']}", f"http://127.0.0.1:{ports['API_PORT']}")
+        running.wait_until_healthy(SERVICES)
+        yield running
     finally:
-        stack.stop()  # `down -v`: the next run starts from empty volumes
+        compose_stack.stop()  # `down -v`: the next run starts from empty volumes
 
 
-@pytest.fixture(scope="module")
-def scenario_outputs(compose_stack):
-    """The shared scenario produced into the compose stack, and what the stack made of it."""
-    from tests.scenario import build_scenario, collect_outputs, produce_scenario
-
-    topics = Settings(bootstrap_servers=BOOTSTRAP)
-    scenario = build_scenario(SCENARIO_SEED)
-    produce_scenario(BOOTSTRAP, scenario, topics)
-    return scenario, collect_outputs(BOOTSTRAP, topics, api_url=API_URL, scenario=scenario, api_token=SECRETS["API_TOKEN"])
-
-
-def topic_record_counts(topics: list[str]) -> dict[str, int]:
+def topic_record_counts(bootstrap: str, topics: list[str]) -> dict[str, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "compose-test-counts"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compose-test-counts"})
     try:
         metadata = consumer.list_topics(timeout=10)
         counts = {}
@@ -128,61 +194,65 @@ def topic_record_counts(topics: list[str]) -> dict[str, int]:
         consumer.close()
 
 
-def job_batches(compose, service: str, port: int) -> float:
-    """streamstate_job_batches_total of a job, read inside its container (the port is not published)."""
-    probe = (
-        "import urllib.request; t = urllib.request.urlopen('http://localhost:%d/metrics', timeout=5).read().decode(); "
-        "print(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('streamstate_job_batches_total')))"
-    ) % port
-    stdout, stderr, code = compose.exec_in_container(["python", "-c", probe], service_name=service)
-    assert code == 0, stderr
-    return float(stdout.strip() or 0)
+def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
+    from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs
 
+    settings = Settings(bootstrap_servers=stack.bootstrap)
+    feeder = Feeder(stack.bootstrap, settings, build_scenario(SCENARIO_SEED), PARTS)
+    stack.wait_for_batches(1)
 
-def api_sessions_page() -> bytes:
-    request = urllib.request.Request(f"{API_URL}/sessions?limit=1000", headers=AUTH)
-    return urllib.request.urlopen(request, timeout=10).read()
+    # 1. Faults mid-stream: a worker, then the broker, killed while the jobs process a part.
+    feeder.feed(0)
+    stack.wait_for_batches(1)
+    stack.kill("spark-worker-1")
+    feeder.feed(1)
+    stack.cli("start", "spark-worker-1")
+    stack.wait_until_healthy(["spark-worker-1"])
+    feeder.feed(2)
+    stack.kill("kafka")
+    time.sleep(5)
+    stack.cli("start", "kafka")
+    stack.wait_until_healthy(["kafka", "sessions-job", "anomalies-job"])
+    feeder.feed(3)
 
-
-def test_scenario_alerts_and_snapshots_match(scenario_outputs):
-    from tests.scenario import assert_outputs_match
-
-    assert_outputs_match(*scenario_outputs, Settings(bootstrap_servers=BOOTSTRAP))
-
-
-def test_checkpoints_are_objects_in_the_minio_bucket(compose_stack, scenario_outputs):
-    bucket = DEFAULTS["S3_BUCKET"]
-    listing, stderr, code = compose_stack.exec_in_container(
-        ["sh", "-c", 'mc alias set probe http://localhost:9000 "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD" >/dev/null'
-                     f" && mc ls --recursive probe/{bucket}/checkpoints/"],
-        service_name="minio",
+    # 2. Exact: the output topics and the API against the reference of what was produced.
+    outputs = collect_outputs(stack.bootstrap, settings, api_url=stack.api_url, scenario=feeder.scenario,
+                              timeout_s=600, api_token=stack.token)
+    assert_outputs_match(feeder.scenario, outputs, settings)
+    bucket = compose_defaults()["S3_BUCKET"]
+    listing = stack.cli(
+        "exec", "-T", "minio", "sh", "-c",
+        'mc alias set probe http://localhost:9000 "$MINIO_ROOT_USER" "$(cat "$MINIO_ROOT_PASSWORD_FILE")" >/dev/null'
+        f" && mc ls --recursive probe/{bucket}/checkpoints/",
     )
-    assert code == 0, stderr
     for job in ("sessions", "anomalies"):
-        assert f"{job}/offsets/" in listing, f"no offset log of {job} in s3a://{bucket}/checkpoints:\n{listing}"
-        assert f"{job}/commits/" in listing, f"no commit log of {job} in s3a://{bucket}/checkpoints"
-        assert f"{job}/state/" in listing, f"no state store files of {job} in s3a://{bucket}/checkpoints"
+        for part in ("offsets", "commits", "state"):
+            assert f"{job}/{part}/" in listing, f"no {part} of {job} in s3a://{bucket}/checkpoints:\n{listing[:2000]}"
 
+    # 3. down (volumes kept) and up: the jobs resume from their S3 checkpoints. A job that lost
+    # its offsets or state would read its input again and write every alert, closed session
+    # and dead letter a second time; one that lost data would miss the last part's outputs.
+    once_only = {settings.topic_alerts: "alerts", settings.topic_sessions: "sessions",
+                 settings.topic_dead_letters: "dead_letters"}
+    before = topic_record_counts(stack.bootstrap, list(once_only))
+    distinct_before = {topic: len(getattr(outputs, field)) for topic, field in once_only.items()}
+    snapshot = stack.api_page("/sessions?limit=1000")
+    stack.cli("down")
+    stack.cli("up", "--detach", *SERVICES)
+    stack.wait_until_healthy(SERVICES)
+    assert stack.read_secret(SECRETS["API_TOKEN"]) == stack.token, "the generated token changed across down/up"
+    # The API's container is new: it rebuilds its view from the state topics, then serves the same page.
+    deadline = time.monotonic() + 120
+    while (page := stack.api_page("/sessions?limit=1000")) != snapshot:
+        assert time.monotonic() < deadline, f"the API serves other sessions after up:\n{page[:500]!r}"
+        time.sleep(2)
 
-def test_sessions_job_restart_resumes_its_state(compose_stack, scenario_outputs):
-    settings = Settings()
-    outputs_of_sessions = [settings.topic_sessions, settings.topic_alerts, settings.topic_session_state]
-    before_counts = topic_record_counts(outputs_of_sessions)
-    before_snapshot = api_sessions_page()
-
-    subprocess.run(
-        [*compose_stack.compose_command_property, "restart", "sessions-job"],
-        cwd=REPO_ROOT, check=True, capture_output=True, timeout=300,
-    )
-    wait_until_healthy(compose_stack, ["sessions-job"], 600)
-    port = int(compose()["services"]["sessions-job"]["environment"]["STREAMSTATE_SESSIONS_METRICS_PORT"])
-    # Progress after the restart: the resumed query runs batches (empty ones included).
-    deadline = time.monotonic() + 300
-    while job_batches(compose_stack, "sessions-job", port) < 2:
-        assert time.monotonic() < deadline, "the restarted sessions job runs no batches"
-        time.sleep(5)
-
-    # Restarted from its checkpoint, the job neither re-reads its input nor re-emits outputs:
-    # a job that lost its offsets or state would write every session and alert again.
-    assert topic_record_counts(outputs_of_sessions) == before_counts
-    assert api_sessions_page() == before_snapshot
+    feeder.feed(PARTS - 1)
+    outputs = collect_outputs(stack.bootstrap, settings, api_url=stack.api_url, scenario=feeder.scenario,
+                              timeout_s=600, api_token=stack.token)
+    assert_outputs_match(feeder.scenario, outputs, settings)
+    after = topic_record_counts(stack.bootstrap, list(once_only))
+    for topic, field in once_only.items():
+        new_distinct = len(getattr(outputs, field)) - distinct_before[topic]
+        assert after[topic] - before[topic] == new_distinct, (
+            f"{topic}: {after[topic] - before[topic]} records written after up for {new_distinct} new {field}")

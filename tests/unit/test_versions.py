@@ -48,11 +48,12 @@ def test_a_changed_version_makes_them_stale():
     assert "apache/kafka:0.0.1" in version_pins.render(version_pins.COMPOSE, text, changed)
 
 
-def test_every_third_party_image_is_pinned_from_the_versions_file():
-    text = version_pins.COMPOSE.read_text()
+@pytest.mark.parametrize("path", [version_pins.COMPOSE, version_pins.COMPOSE_LOCAL_IMAGES], ids=lambda p: p.name)
+def test_every_third_party_image_is_pinned_from_the_versions_file(path):
+    text = path.read_text()
     built = {"streamstate-spark", "streamstate-api", "streamstate-producers"}
     images = [m for m in re.findall(r"^\s+image: (\S+)$", text, re.MULTILINE) if m.split(":")[0] not in built]
-    patterns = [pin.pattern for pin in version_pins.PINS if pin.path == version_pins.COMPOSE]
+    patterns = [pin.pattern for pin in version_pins.PINS if pin.path == path]
     unpinned = [image for image in images if not any(re.match(p, f"    image: {image}") for p in patterns)]
     assert images and not unpinned, f"images whose tag is not rendered from infra/versions.env: {unpinned}"
 
@@ -61,5 +62,5 @@ def test_the_makefile_and_the_install_scripts_read_the_versions_file():
     assert re.search(r"^include infra/versions\.env$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE)
     common = (REPO_ROOT / "infra" / "deps" / "common.sh").read_text()
     assert "infra/versions.env" in common
-    for script in ("install-spark-jars.sh", "install-kafka.sh", "install-minio.sh"):
+    for script in ("install-spark-jars.sh", "install-kafka.sh", "install-minio.sh", "install-mc.sh"):
         assert "common.sh" in (REPO_ROOT / "infra" / "deps" / script).read_text(), script
