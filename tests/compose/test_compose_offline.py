@@ -29,7 +29,6 @@ from tests.compose.compose_files import (
     compose,
     compose_config_without_dot_env,
     compose_defaults,
-    docker_compose_binary,
     dockerignored,
     env_example,
     image_tag,

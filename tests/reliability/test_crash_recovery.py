@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from streamstate.settings import Settings
 from tests.integration.api_harness import wait_until
 from tests.reliability.conftest import BREAK_CHECKPOINT, LARGE
 from tests.reliability.crashing import crash_repeatedly, start

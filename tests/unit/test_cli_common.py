@@ -14,7 +14,7 @@ import pytest
 
 from streamstate.cli_common import add_common_options, client_option, settings_from_args
 from streamstate.jobs.spark import LAUNCHER
-from streamstate.settings import REPO_ROOT, Settings
+from streamstate.settings import REPO_ROOT
 
 # The launcher is how Spark starts Python workers (tests/unit/test_spark_python.py), not a user command.
 SCRIPTS = {

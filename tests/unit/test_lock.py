@@ -45,7 +45,7 @@ def _selection(argv: list[str], capsys) -> dict[str, str]:
 
 
 def _installer_args(path) -> list[str]:
-    match = re.search(r"python locked_requirements\.py ([^>]*)>", path.read_text())
+    match = re.search(r"python (?:infra/)?locked_requirements\.py ([^>]*)>", path.read_text())
     assert match, f"{path} does not install from requirements.lock"
     return shlex.split(match[1])
 
