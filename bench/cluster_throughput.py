@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.cluster_throughput [--events 300000] [--seed 7] [--out PATH]
 
-1. starts the embedded broker and produces ``--events`` user events (``events / 10`` users,
-   fixed seed, no bad records: :mod:`bench.dataset`) to a 4-partition topic;
+1. starts Apache Kafka (KRaft, :meth:`streamstate.stack.EmbeddedStack.start_broker`) and
+   produces ``--events`` user events (``events / 10`` users, fixed seed, no bad records:
+   :mod:`bench.dataset`) to a 4-partition topic;
 2. ``local[2]``: a SparkSession in this process, one ``availableNow`` run of the sessions
    job over the whole topic (fresh checkpoint and output topics);
 3. ``cluster``: a standalone master and two 1-core workers from the PySpark installation

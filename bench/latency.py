@@ -11,7 +11,6 @@ are measured separately; p50/p99 are per period, and their medians are the figur
 
 from __future__ import annotations
 
-import ast
 import json
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ from bench.api_latency import percentiles
 from bench.measure import fresh_outputs
 from streamstate.jobs import anomalies_job
 from streamstate.jobs.runner import start_query
+from streamstate.kafka_clients import reader_config, watermarks
 from streamstate.settings import Settings
 from streamstate.topics import TopicSpec, create_topics
 
@@ -75,30 +75,25 @@ def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, s
 
 
 def input_ends(bootstrap: str, topic: str, partitions: int) -> dict[tuple[str, int], int]:
-    """The topic's true end offsets (probed past the embedded broker's under-reported watermark)."""
-    from streamstate.jobs.kafka.broker import PartitionView
-
-    view = PartitionView({"bootstrap.servers": bootstrap})
+    """The topic's end offsets (each partition's high watermark, as ListOffsets answers)."""
+    consumer = Consumer(reader_config(bootstrap, "bench-latency-ends"))
     try:
-        return view.ends([(topic, p) for p in range(partitions)])[1]
+        return {tp: high for tp, (_low, high) in watermarks(consumer, [(topic, p) for p in range(partitions)]).items()}
     finally:
-        view.close()
+        consumer.close()
 
 
 def read_up_to(query) -> dict[tuple[str, int], int]:
-    """The source offsets the query's last completed batch read up to."""
-    from streamstate.jobs.kafka.offsets import offsets_from_json
-
+    """The source offsets the query's last completed batch read up to: its progress's
+    ``endOffset``, Spark's Kafka offsets JSON (``{"topic": {"0": 12, "1": 40}}``), as a dict
+    or a JSON string."""
     progress = query.lastProgress
     if not progress or not progress["sources"] or progress["sources"][0]["endOffset"] is None:
         return {}
     end = progress["sources"][0]["endOffset"]
     if isinstance(end, str):
-        try:
-            end = json.loads(end)
-        except json.JSONDecodeError:
-            end = ast.literal_eval(end)  # the Python data source's offset can arrive as a dict's repr
-    return offsets_from_json(end)
+        end = json.loads(end)
+    return {(topic, int(partition)): int(offset) for topic, partitions in end.items() for partition, offset in partitions.items()}
 
 
 def wait_caught_up(query, ends: dict[tuple[str, int], int], limit_s: float) -> bool:

@@ -1,5 +1,6 @@
 """What every throughput figure shares: fresh output topics per run, timing a Spark query
-from its progress, running a Quix peer in its own venv, medians over runs."""
+from its progress, running a Quix peer in its own venv, medians over runs, and the words
+for the broker and connector every figure runs on."""
 
 from __future__ import annotations
 
@@ -18,6 +19,25 @@ from streamstate.topics import TopicSpec, create_topics
 QUIX_VENV = REPO_ROOT / ".venv" / "peers" / "quix"
 QUIX_REQUIREMENTS = Path(__file__).resolve().parent / "peers" / "quix-requirements.txt"
 OUTPUT_TOPICS = ("topic_alerts", "topic_sessions", "topic_session_state", "topic_metric_state", "topic_dead_letters", "topic_event_counts")
+
+
+def broker_description() -> str:
+    """The broker every figure runs on: Apache Kafka as a native KRaft broker (:meth:`streamstate.stack.EmbeddedStack.start_broker`)."""
+    from streamstate.deps import versions
+
+    return f"Apache Kafka {versions()['KAFKA_VERSION']} (KRaft, native, data on disk), loopback"
+
+
+def connector_description(spark=None) -> str:
+    """Spark's built-in Kafka connector, and which of its sources the session reads with
+    (its V1 source when ``spark.sql.streaming.disabledV2MicroBatchReaders`` names its provider)."""
+    text = "Spark's built-in connector (spark-sql-kafka-0-10"
+    if spark is None:
+        return text + ")"
+    from streamstate.jobs.kafka import BUILTIN_PROVIDER
+
+    disabled = spark.conf.get("spark.sql.streaming.disabledV2MicroBatchReaders", "") or ""
+    return text + (", V1 source)" if BUILTIN_PROVIDER in {c.strip() for c in disabled.split(",")} else ", V2 source)")
 
 
 def fresh_outputs(settings: Settings, label: str) -> Settings:

@@ -2,10 +2,11 @@
 
     .venv/bin/python -m bench.profile_sessions [--events 200000] [--users 20000] [--out bench/runs/profile.json]
 
-Produces the benchmark's fixed-seed user events to the embedded broker, runs the sessions job
-in-process (one ``availableNow`` batch) while ``py-spy record --subprocesses`` samples this
-process and every Python process under it (Spark's Python workers: the Kafka reader, the
-contract validation, the stateful processor), then prints and writes:
+Produces the benchmark's fixed-seed user events to Apache Kafka (KRaft, started by the stack),
+runs the sessions job in-process (one ``availableNow`` batch) while ``py-spy record --subprocesses``
+samples this process and every Python process under it (Spark's Python workers: the contract
+validation, the stateful processor; the Kafka read itself runs in the JVM, in Spark's built-in
+connector), then prints and writes:
 
 - the batch's phase durations and the state operator's metrics (Spark's view);
 - the Python functions with the most samples, own and inclusive (py-spy's view).

@@ -1,13 +1,13 @@
 """Spark's native sessionization, the in-engine peer of the sessions job.
 
-Same source (the project's Kafka reader on the same topic), same parse target (the
+Same source (``read_kafka``: Spark's built-in Kafka connector on the same topic), same parse target (the
 ``UserEvent`` contract's Spark schema, via ``from_json``), same 30-minute event-time gap and
 watermark, ``groupBy(user_id, session_window(...))`` with the session's figures, written to
 Kafka by the same ``foreachBatch`` router. What it does not do, and the sessions job does:
 end a session on ``logout`` (``session_window`` has no such rule), de-duplicate by
 ``event_id``, send malformed records to dead letters, raise alerts, publish state snapshots.
 Output mode ``complete`` (session windows support no ``update``): an ``availableNow`` run
-on the Python source is one batch, and in ``append`` mode no session would be final within it.
+with no ``maxOffsetsPerTrigger`` is one batch, and in ``append`` mode no session would be final within it.
 """
 
 from __future__ import annotations

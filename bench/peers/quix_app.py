@@ -2,11 +2,7 @@
 
 Runs in the Quix venv (``.venv/peers/quix``, see ``quix-requirements.txt``), never in the
 project's: this module imports nothing from streamstate. Prints one JSON line of figures.
-
-The embedded broker (Tansu) leaves ``retention.ms`` out of DescribeConfigs, and Quix 3.28 reads
-it unguarded when it derives the config of its changelog topics
-(``TopicManager.derive_topic_config`` -> ``KeyError: 'retention.ms'``). The source topic's
-broker config gets Kafka's default (``-1``) before the dataframe is built; nothing else changes.
+It reads and writes the same Apache Kafka broker as the Spark figures, with Quix's defaults.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ def run_pipeline(name: str, pipeline: Pipeline, argv: list[str] | None = None) -
             loglevel="WARNING",
         )
         source = app.topic(args.input, key_deserializer="str", value_deserializer="json")
-        source.broker_config.extra_config.setdefault("retention.ms", "-1")
         sink = app.topic(args.output, key_serializer="str", value_serializer="json")
         seen = {"records": 0, "outputs": 0, "first": 0.0}
 
