@@ -6,8 +6,8 @@ BIN    := $(VENV)/bin
 # Every package and its sha256, resolved from pyproject.toml by `make lock`; installs use nothing else.
 LOCK   := requirements.lock
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) Makefile | cksum | cut -d' ' -f1)
-# embedded (Tansu in memory, local checkpoints) or production (Apache Kafka, Spark's
-# Kafka connector, s3a:// checkpoints in MinIO): `make run PROFILE=production`.
+# Where checkpoints go (both run Apache Kafka with Spark's Kafka connector): embedded
+# (the local disk) or production (s3a:// in MinIO, as compose): `make run PROFILE=production`.
 PROFILE ?= embedded
 # Test sessions side by side (pytest-xdist), each with its own broker and SparkSession: the
 # suite's slow tests mostly wait on job processes, so a second session uses the idle core.
@@ -16,14 +16,18 @@ TEST_WORKERS ?= 2
 # suite is bound by 2 cores: compiling with C1 only and collecting serially spends less CPU
 # (the e2e test: 61 s of CPU against 71 s, same wall time on an idle machine).
 TEST_JVM_OPTIONS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+# make run's JVMs (broker, the two jobs' Spark drivers) the same way: they all start at once on
+# 2 cores, and C2's compiles then delay the first alert (62 s -> 42 s measured; `make run
+# RUN_JVM_OPTIONS=` keeps the JVM's defaults, for peak throughput on a long run).
+RUN_JVM_OPTIONS ?= $(TEST_JVM_OPTIONS)
 
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
 
-.PHONY: run test images bench setup lock java spark-pin test-deps deps versions kinesis-server clean
+.PHONY: run test images bench setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
 
-run: setup $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
-	$(BIN)/streamstate up --profile $(PROFILE)
+run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
+	env JAVA_TOOL_OPTIONS="$(RUN_JVM_OPTIONS)" $(BIN)/streamstate up --profile $(PROFILE)
 
 test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker engine and the images included
 	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
@@ -33,15 +37,17 @@ images: deps                    ## the compose stack's images, built here (start
 	bash infra/deps/install-mc.sh
 	bash infra/docker/build-images.sh
 
-deps: setup                     ## the production profile's parts: Spark jars, Apache Kafka, MinIO (cached in .deps/)
+broker-deps: setup              ## Apache Kafka's jars and Spark's Kafka connector (cached in .deps/)
 	bash infra/deps/install-spark-jars.sh
 	bash infra/deps/install-kafka.sh
+
+deps: broker-deps               ## and MinIO, for s3a:// checkpoints (PROFILE=production, the tests)
 	bash infra/deps/install-minio.sh
 
 versions: setup                 ## re-render docker-compose.yml and the Dockerfiles from infra/versions.env
 	$(BIN)/python -m streamstate.version_pins
 
-bench: setup                    ## benchmarks: prints a table, writes bench/results.json
+bench: deps                     ## benchmarks: prints a table, writes bench/results.json
 	$(BIN)/python infra/locked_requirements.py --extra test --extra bench > $(VENV)/requirements-bench.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-bench.txt
 	$(BIN)/python -m bench

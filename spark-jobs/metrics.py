@@ -109,8 +109,7 @@ def source_lag(sources: list[Mapping[str, Any]]) -> dict[str, int]:
     """Records each topic's latest offset is ahead of what the batch read, per topic.
 
     Only sources whose offsets look like Kafka's (topic -> partition -> offset) count.
-    A broker that under-reports its end (the embedded one: docs/architecture.md, "Topics") can make latest < end;
-    that is no lag, so each partition is clamped at zero.
+    Each partition is clamped at zero: an end past the latest offset Spark last saw is no lag.
     """
     lag: dict[str, int] = {}
     for source in sources:

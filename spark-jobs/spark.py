@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 LAUNCHER = "streamstate-spark-python"
 
 
@@ -116,13 +115,6 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         .config("spark.ui.showConsoleProgress", "false")
         # The UI's kill links stop queries and jobs with one unauthenticated request.
         .config("spark.ui.killEnabled", "false")
-        # Spark's built-in Kafka source as its V1 Source: the V2 stream's progress metrics throw a
-        # NullPointerException (Some(null), SPARK-55271 / SPARK-57438) in 4.1.x whenever a
-        # restarted query replays its last uncommitted batch, failing the query once more after
-        # every crash or broker loss. 4.2.0's connector has the fix (Option(...)), but the crash
-        # tests have not yet been run on the V2 source. The V1 source reads the same offsets and
-        # checkpoints; it only lacks those metrics (the jobs' lag comes from the progress).
-        .config("spark.sql.streaming.disabledV2MicroBatchReaders", KAFKA_PROVIDER)
         .config("spark.sql.session.timeZone", "UTC")
     )
     if settings.spark_jars:

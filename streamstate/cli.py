@@ -151,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile",
         choices=sorted(PROFILES),
         default="embedded",
-        help="embedded (default): Tansu in memory, the Python Kafka source, local checkpoints; production: Apache "
-        "Kafka (KRaft), Spark's built-in Kafka connector, s3a:// checkpoints in MinIO, as docker compose runs.",
+        help="Where checkpoints go; both run Apache Kafka (KRaft, data in var/kafka) with Spark's built-in Kafka "
+        "connector. embedded (default): the local disk; production: s3a:// in MinIO, as docker compose runs.",
     )
     up.set_defaults(command=run_up)
 

@@ -1,7 +1,7 @@
 """The one place Kafka clients are configured, reached and asked where partitions end.
 
-Every librdkafka client of the project (the demo producers, the jobs' Python source and sink
-on the driver and the executors, the snapshot API, the CLI and the stack launcher) gets its
+Every librdkafka client of the project (the demo producers, the snapshot API, the CLI, the
+stack launcher and the test and benchmark tools) gets its
 settings from the role functions here, built in layers, later ones winning:
 
 1. the role's defaults (:func:`producer_config`, :func:`reader_config`, :func:`admin_config`),
@@ -18,8 +18,8 @@ trust store) and passes options prefixed ``java.`` to the Java client only. Secr
 reach a log line or ``streamstate config`` unmasked (:func:`masked`).
 
 Also here, once each: the reachability check (:func:`broker_problem`, :func:`wait_for_broker`),
-the probe of true end offsets for brokers that under-report their high watermark
-(:class:`TrueEnds`), and the turning of a Kafka error into a one-line reason (:func:`reason`).
+partitions' end offsets (:func:`watermarks`), and the turning of a Kafka error into a
+one-line reason (:func:`reason`).
 """
 
 from __future__ import annotations
@@ -76,10 +76,6 @@ JAAS_LOGIN_MODULES = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 
-# End probe: a fetch waits at most this long for records before the broker answers empty,
-# well below the probe's timeout; consume() returns after PROBE_POLL_S or 10,000 messages.
-PROBE_FETCH_WAIT_MS = 100
-PROBE_POLL_S = 0.02
 METADATA_TIMEOUT_S = 10.0
 
 
@@ -193,12 +189,10 @@ def _dotted(tuning: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- Spark
-def spark_kafka_options(settings: Any, builtin: bool) -> dict[str, str]:
-    """``settings``' connection as Spark ``kafka.*`` options: for Spark's built-in format (the
-    Java client, ``builtin=True``) translated by :func:`java_client_options`, for the project's
-    Python format the librdkafka settings as they are."""
-    options = dict(settings.kafka_client_options)
-    client = java_client_options(options) if builtin else librdkafka_options(options)
+def spark_kafka_options(settings: Any) -> dict[str, str]:
+    """``settings``' connection as the ``kafka.*`` options of Spark's Kafka connector, the
+    librdkafka settings translated for its Java client by :func:`java_client_options`."""
+    client = java_client_options(dict(settings.kafka_client_options))
     return {f"{SPARK_PREFIX}bootstrap.servers": settings.bootstrap_servers, **{SPARK_PREFIX + k: v for k, v in client.items()}}
 
 
@@ -280,11 +274,6 @@ def wait_for_broker(target: Any, timeout_s: float = 30.0) -> None:
 
 
 # --------------------------------------------------------------------------- end offsets
-def probe_consumer(target: Any, purpose: str = "probe") -> Consumer:
-    """A reader whose empty fetches return quickly, as :class:`TrueEnds` needs."""
-    return Consumer(reader_config(target, purpose, **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS}))
-
-
 def watermarks(
     consumer: Consumer, tps: Iterable[TopicPartitionKey], timeout_s: float = METADATA_TIMEOUT_S
 ) -> dict[TopicPartitionKey, tuple[int, int]]:
@@ -293,78 +282,3 @@ def watermarks(
         (topic, partition): consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
         for topic, partition in tps
     }
-
-
-class TrueEnds:
-    """True end offsets of partitions, from their reported ends.
-
-    The embedded broker (Tansu) answers ListOffsets with the base offset of a partition's last
-    record batch, so the records of that batch lie beyond the reported high watermark, while
-    Fetch reports the true one. For every partition whose reported end moved, :meth:`of`
-    fetches from it: the end-of-partition event carries the true end of an idle partition;
-    for a partition still being written, the first fetch response's high watermark is taken
-    instead of chasing the producer, so an end is never beyond what exists. On a broker that
-    reports correctly the probe only confirms the end (one empty fetch).
-
-    Results are cached per reported end: a record batch never changes once written, so an
-    unchanged reported end means an unchanged true end, and idle partitions cost no probe.
-    ``consumer`` must come from :func:`reader_config` (end-of-partition events on), ideally
-    :func:`probe_consumer`; it is assigned during a probe and unassigned after.
-    """
-
-    def __init__(self, consumer: Consumer, timeout_s: float = 5.0) -> None:
-        self._consumer = consumer
-        self._timeout_s = timeout_s
-        self._cache: dict[TopicPartitionKey, tuple[int, int]] = {}  # tp -> (reported end, true end)
-
-    def of(self, reported: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
-        """True end per partition of ``reported`` (reported end per partition)."""
-        ends: dict[TopicPartitionKey, int] = {}
-        to_probe: dict[TopicPartitionKey, int] = {}
-        for tp, end in reported.items():
-            end = max(end, 0)
-            cached = self._cache.get(tp)
-            if cached is not None and cached[0] == end:
-                ends[tp] = cached[1]
-            else:
-                to_probe[tp] = end
-        if to_probe:
-            probed, unconfirmed = self._probe(to_probe)
-            for tp, end in to_probe.items():
-                # A live or timed-out partition is not the final word: probe it again next time.
-                if tp not in unconfirmed:
-                    self._cache[tp] = (end, probed[tp])
-            ends.update(probed)
-        return ends
-
-    def _probe(self, reported: dict[TopicPartitionKey, int]) -> tuple[dict[TopicPartitionKey, int], set[TopicPartitionKey]]:
-        """Fetch from each reported end until each partition's first answer; returns the ends
-        found and the partitions whose end is not confirmed by an end-of-partition event."""
-        consumer = self._consumer
-        found = dict(reported)
-        pending = set(reported)
-        confirmed: set[TopicPartitionKey] = set()
-        consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in reported.items()])
-        deadline = time.monotonic() + self._timeout_s
-        try:
-            while pending and time.monotonic() < deadline:
-                for message in consumer.consume(10_000, timeout=PROBE_POLL_S):
-                    tp = (message.topic(), message.partition())
-                    error = message.error()
-                    if error is None:
-                        found[tp] = max(found[tp], message.offset() + 1)
-                        if tp in pending:
-                            _, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                            found[tp] = max(found[tp], high)
-                            pending.discard(tp)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        found[tp] = max(found[tp], message.offset())
-                        pending.discard(tp)
-                        confirmed.add(tp)
-                    elif error.code() != KafkaError._NO_OFFSET:
-                        raise KafkaException(error)
-        finally:
-            consumer.unassign()
-        if pending:
-            log.warning("end probe timed out for %s; using the last offsets seen", sorted(pending))
-        return found, set(reported) - confirmed

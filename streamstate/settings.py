@@ -80,9 +80,6 @@ class Settings(BaseSettings):
         200_000, ge=1, description="Recently touched keys per job kept where touching them again costs no state call; "
         "beyond that the least recently touched move to a per-key map.",
     )
-    kafka_source: Literal["auto", "builtin", "python"] = Field(
-        "auto", description="Kafka source/sink: Spark's built-in connector, the Python data source, or auto."
-    )
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Upper bound on records read per micro-batch (all partitions)."
     )
@@ -172,12 +169,6 @@ class Settings(BaseSettings):
     api_max_alerts: int = Field(100_000, ge=1, description="Alerts kept in the API's memory.")
     api_sse_keepalive_s: float = Field(
         15.0, gt=0, description="Seconds between keep-alive comments on the API's alert event stream."
-    )
-    api_end_probe_s: float = Field(
-        5.0,
-        gt=0,
-        description="Longest the API probes past the broker's reported end offsets at start to find the true ends "
-        "(the embedded broker under-reports its high watermark); the probe ends at each partition's first answer.",
     )
     api_retry_s: float = Field(2.0, gt=0, description="Pause between the API's attempts to reach Kafka.")
     api_store_path: Path = Field(

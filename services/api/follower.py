@@ -7,10 +7,9 @@ follower started. Before resuming from stored offsets the follower checks them a
 the topics: a topic recreated since (its topic id changed) or offsets past a partition's
 end (a broker that lost its data) make the stored view stale, and it is rebuilt.
 
-The embedded broker under-reports the high watermark (it returns the base offset of the
-last record batch), so the reported end is only a lower bound: the true ends at start come
-from :class:`streamstate.kafka_clients.TrueEnds`, the probe the jobs' source uses. Partitions are ``assign()``-ed, never ``subscribe()``-d: no
-group rebalance, so start-up is immediate.
+The end offsets at start are the partitions' high watermarks as the broker reports them.
+Partitions are ``assign()``-ed, never ``subscribe()``-d: no group rebalance, so start-up
+is immediate.
 
 The thread never dies on a broker problem: it reports the reason through
 :meth:`ViewFollower.readiness` and the ``ready``/``broker_up`` gauges and tries again.
@@ -30,7 +29,7 @@ from streamstate.api.metrics import ApiMetrics
 from streamstate.api.decoding import Decoder, Row
 from streamstate.api.records import Source, build
 from streamstate.api.view import Consumed, StateView
-from streamstate.kafka_clients import PROBE_FETCH_WAIT_MS, TrueEnds, admin, reader_config, reason, watermarks
+from streamstate.kafka_clients import admin, reader_config, reason, watermarks
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.api.follower")
@@ -157,7 +156,7 @@ class ViewFollower(threading.Thread):
         try:
             partitions = self._discover(consumer)
             if self._targets is None:
-                targets = self._true_ends(consumer, partitions)
+                targets = self._end_offsets(consumer, partitions)
                 self._check_store(targets)
                 for source, topic in self._topics.items():
                     self._view.track(source, [p for (t, p) in targets if t == topic])
@@ -203,8 +202,6 @@ class ViewFollower(threading.Thread):
             "api",
             error_cb=self._on_kafka_error,
             **{
-                # Short enough for the end probe at start (an empty fetch waits this long).
-                "fetch.wait.max.ms": PROBE_FETCH_WAIT_MS,
                 # Catching up reads whole topics: large fetches, fewer round trips (measured 166k -> 244k records/s).
                 "max.partition.fetch.bytes": 16 << 20,
                 "fetch.max.bytes": 64 << 20,
@@ -264,11 +261,10 @@ class ViewFollower(threading.Thread):
         self._view.reset()
         self._rebuild_reason = reason
 
-    def _true_ends(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    def _end_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:
-            self._problem = "probing the topics' end offsets"
-        reported = {tp: high for tp, (_, high) in watermarks(consumer, [(p.topic, p.partition) for p in partitions], 5).items()}
-        return TrueEnds(consumer, self._settings.api_end_probe_s).of(reported)
+            self._problem = "reading the topics' end offsets"
+        return {tp: high for tp, (_, high) in watermarks(consumer, [(p.topic, p.partition) for p in partitions], 5).items()}
 
     def _resume_point(self, tp: TopicPartition) -> TopicPartition:
         position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)

@@ -1,36 +1,26 @@
-"""Choosing between Spark's built-in ``kafka`` format and ``streamstate_kafka``, and the
-entry points the jobs call: :func:`read_kafka`, :func:`write_kafka`, :func:`kafka_sink_options`.
+"""The entry points the jobs call for Kafka: :func:`read_kafka`, :func:`write_kafka` and
+:func:`kafka_sink_options`, all on Spark's built-in ``kafka`` format.
 
-``Settings.kafka_source`` decides: ``builtin`` and ``python`` force a format, ``auto``
-takes the built-in connector when its provider class loads in the driver's JVM. Both
-formats give the same columns (key, value, topic, partition, offset, timestamp,
-timestampType) and accept the same option names.
+The connector's jars (``make deps`` installs them; ``Settings.spark_jars`` puts them on
+``spark.jars``, the Spark image ships them with Spark's own) must load in the driver's
+JVM: a session without them fails at the first read or write with
+:class:`KafkaConnectorUnavailable`, saying how to add them, instead of Spark's
+"Failed to find data source: kafka".
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamstate.jobs.kafka.datasource import SHORT_NAME, KafkaDataSource
-from streamstate.jobs.kafka.options import client_settings
-from streamstate.jobs.kafka.producer import produce_batches
 from streamstate.kafka_clients import spark_kafka_options
 from streamstate.settings import Settings
 
 BUILTIN_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-KafkaFormat = Literal["builtin", "python"]
 
 
 class KafkaConnectorUnavailable(RuntimeError):
-    """kafka_source=builtin was asked for but the connector is not on Spark's classpath."""
-
-
-def builtin_kafka_available(spark: SparkSession) -> bool:
-    """True when Spark's Kafka connector (spark-sql-kafka-0-10) loads in the driver's JVM."""
-    return jvm_class_loads(spark, BUILTIN_PROVIDER)
+    """Spark's Kafka connector is not on this session's classpath."""
 
 
 def jvm_class_loads(spark: SparkSession, class_name: str) -> bool:
@@ -44,30 +34,14 @@ def jvm_class_loads(spark: SparkSession, class_name: str) -> bool:
         return False
 
 
-def kafka_format(spark: SparkSession, settings: Settings) -> KafkaFormat:
-    """The Kafka format to use under ``settings.kafka_source`` (auto|builtin|python)."""
-    choice = settings.kafka_source
-    if choice == "python":
-        return "python"
-    available = builtin_kafka_available(spark)
-    if choice == "builtin" and not available:
+def require_connector(spark: SparkSession) -> None:
+    """Raise :class:`KafkaConnectorUnavailable` unless the connector loads (a class lookup, about a millisecond)."""
+    if not jvm_class_loads(spark, BUILTIN_PROVIDER):
         raise KafkaConnectorUnavailable(
-            f"kafka_source=builtin, but {BUILTIN_PROVIDER} does not load: add the spark-sql-kafka-0-10 jars "
-            "(spark.jars.packages) or set STREAMSTATE_KAFKA_SOURCE=python/auto"
+            f"Spark's Kafka connector ({BUILTIN_PROVIDER}) is not on this session's classpath: run `make deps` and "
+            "set STREAMSTATE_SPARK_JARS to the jars in .deps/spark-jars-*/ (the stack launcher does), or add "
+            "org.apache.spark:spark-sql-kafka-0-10 through spark.jars.packages"
         )
-    return "builtin" if available else "python"
-
-
-def _spark_format(spark: SparkSession, settings: Settings) -> str:
-    if kafka_format(spark, settings) == "builtin":
-        return "kafka"
-    register_python_source(spark)
-    return SHORT_NAME
-
-
-def register_python_source(spark: SparkSession) -> None:
-    """Register ``streamstate_kafka`` with this session; registering again replaces it, harmlessly."""
-    spark.dataSource.register(KafkaDataSource)
 
 
 def read_kafka(
@@ -87,12 +61,11 @@ def read_kafka(
     defaults to ``settings.max_offsets_per_trigger``. ``extra_options`` pass through, e.g.
     ``**{"kafka.fetch.max.bytes": "1048576"}``; ``kafka.bootstrap.servers`` and the client
     options default to ``settings.bootstrap_servers`` and ``settings.kafka_client_options``
-    (translated for the built-in format's Java client). On the Python source, ``Trigger.AvailableNow`` runs a
-    single batch (one ``maxOffsetsPerTrigger``-sized batch if that is set).
+    (translated for the connector's Java client).
     """
-    spark_format = _spark_format(spark, settings)
+    require_connector(spark)
     options: dict[str, str] = {
-        **spark_kafka_options(settings, builtin=spark_format == "kafka"),
+        **spark_kafka_options(settings),
         "subscribe": subscribe,
         "startingOffsets": startingOffsets,
         "failOnDataLoss": str(failOnDataLoss).lower(),
@@ -101,23 +74,16 @@ def read_kafka(
     if limit is not None:
         options["maxOffsetsPerTrigger"] = str(limit)
     options.update({k: str(v) for k, v in extra_options.items()})
-    return spark.readStream.format(spark_format).options(**options).load()
+    return spark.readStream.format("kafka").options(**options).load()
 
 
-def kafka_sink_options(spark: SparkSession, settings: Settings, topic: str | None, **extra_options: str) -> dict[str, str]:
-    """Options for ``df.writeStream.format(kafka_sink_format(...)).options(**...)`` or a batch write:
-    the connection of ``settings`` in the names of the format ``kafka_format`` chooses.
-    ``topic`` None: each row names its topic in a ``topic`` column."""
-    builtin = kafka_format(spark, settings) == "builtin"
-    options = {**spark_kafka_options(settings, builtin=builtin), **extra_options}
+def kafka_sink_options(settings: Settings, topic: str | None, **extra_options: str) -> dict[str, str]:
+    """Options for ``df.writeStream.format("kafka").options(**...)`` or a batch write: the
+    connection of ``settings``. ``topic`` None: each row names its topic in a ``topic`` column."""
+    options = {**spark_kafka_options(settings), **extra_options}
     if topic is not None:
         options["topic"] = topic
     return options
-
-
-def kafka_sink_format(spark: SparkSession, settings: Settings) -> str:
-    """``kafka`` (built-in) or ``streamstate_kafka`` (registered on the way) for a sink."""
-    return _spark_format(spark, settings)
 
 
 def _sink_columns(df: DataFrame) -> DataFrame:
@@ -139,23 +105,13 @@ def write_kafka(batch_df: DataFrame, settings: Settings, topic: str | None, **ex
     if topic is None and "topic" not in batch_df.columns:
         raise ValueError("write_kafka needs a topic, or a topic column naming each row's topic")
     frame = _sink_columns(batch_df)
-    spark = frame.sparkSession
-    if kafka_format(spark, settings) == "builtin":
-        # Counted on a persisted copy: an Observation on a DataFrameWriter save of the kafka
-        # format never completes (Observation.get blocked the batch forever, Spark 4.1.1).
-        frame = frame.persist()
-        try:
-            records = frame.count()
-            frame.write.format("kafka").options(**kafka_sink_options(spark, settings, topic, **extra_options)).save()
-        finally:
-            frame.unpersist()
-        return records
-    client_conf = client_settings(kafka_sink_options(spark, settings, topic, **extra_options))
-
-    def produce(batches):
-        import pyarrow as pa
-
-        yield pa.RecordBatch.from_pydict({"records": [produce_batches(batches, client_conf, topic)]})
-
-    # One count per task, summed here: an aggregation would add a shuffle stage to every write.
-    return sum(row["records"] for row in frame.mapInArrow(produce, "records long").collect())
+    require_connector(frame.sparkSession)
+    # Counted on a persisted copy: an Observation on a DataFrameWriter save of the kafka
+    # format never completes (Observation.get blocked the batch forever, Spark 4.1.1).
+    frame = frame.persist()
+    try:
+        records = frame.count()
+        frame.write.format("kafka").options(**kafka_sink_options(settings, topic, **extra_options)).save()
+    finally:
+        frame.unpersist()
+    return records

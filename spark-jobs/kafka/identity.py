@@ -1,9 +1,9 @@
 """Which topic a checkpoint's offsets belong to: Kafka topic ids.
 
-A topic deleted and created again under the same name (or a broker restarted empty, as the
-embedded one always is) restarts its offsets at 0. Once the new topic has grown past the
+A topic deleted and created again under the same name (or a broker whose data was deleted)
+restarts its offsets at 0. Once the new topic has grown past the
 offsets a checkpoint holds, offsets alone cannot tell it from the old one, and a job would
-silently skip the new topic's first records. Brokers since Kafka 2.8 (and Tansu) give every
+silently skip the new topic's first records. Brokers since Kafka 2.8 give every
 topic a random id at creation; comparing ids closes that gap. A broker without ids answers
 the all-zero id, and then only offsets (checked by the sources at planning) are compared.
 """

@@ -22,7 +22,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def full_cluster(cluster):
-    """The cluster with every worker running: a test before (the other profile's) may have killed one."""
+    """The cluster with every worker running: a test before may have killed one."""
     for index in range(1, cluster.workers + 1):
         if not cluster.processes[f"worker-{index}"].alive():
             cluster.start_worker(index)
@@ -31,11 +31,12 @@ def full_cluster(cluster):
 
 
 @pytest.fixture
-def cluster_settings(profile_settings: Settings, profile_topic, cluster) -> Settings:
-    """Fresh topics and checkpoints of the profile; jobs on the cluster with the project's wheel shipped to the executors."""
-    return profile_settings.model_copy(
+def cluster_settings(settings: Settings, new_topic, cluster, tmp_path) -> Settings:
+    """Fresh topics and checkpoints; jobs on the cluster with the project's wheel shipped to the executors."""
+    return settings.model_copy(
         update={
-            **pipeline_topics(profile_topic),
+            **pipeline_topics(new_topic),
+            "checkpoint_root": str(tmp_path / "checkpoints"),
             "spark_master": cluster.master_url,
             "ship_code": "wheel",
             "trigger_interval": "1 second",

@@ -12,8 +12,8 @@ from streamstate.settings import REPO_ROOT, Settings
 # What a Python worker does with a shipped file: put it on sys.path ahead of site-packages.
 IMPORT_PROBE = (
     "import sys; sys.path.insert(1, sys.argv[1]); "
-    "import streamstate.jobs.sessions_job, streamstate.jobs.kafka.source, streamstate.api, streamstate.contracts; "
-    "print('\\n'.join(m.__file__ for m in (streamstate.jobs.sessions_job, streamstate.jobs.kafka.source, "
+    "import streamstate.jobs.sessions_job, streamstate.jobs.kafka.connector, streamstate.api, streamstate.contracts; "
+    "print('\\n'.join(m.__file__ for m in (streamstate.jobs.sessions_job, streamstate.jobs.kafka.connector, "
     "streamstate.api, streamstate.contracts)))"
 )
 
@@ -21,7 +21,7 @@ IMPORT_PROBE = (
 def test_the_zip_carries_the_import_layout_and_wins_over_the_installed_project(tmp_path):
     code = build_code_zip(cache_dir=tmp_path)
     names = zipfile.ZipFile(code).namelist()
-    assert "streamstate/jobs/sessions_job.py" in names and "streamstate/jobs/kafka/source.py" in names
+    assert "streamstate/jobs/sessions_job.py" in names and "streamstate/jobs/kafka/connector.py" in names
     assert "streamstate/api/__init__.py" in names
     assert not any(name.startswith("spark-jobs/") for name in names), "package-dir mapping not applied"
     probe = subprocess.run(

@@ -1,6 +1,7 @@
-"""The sessions job on a real Spark standalone cluster (master + two 1-core workers), on
-both profiles (production: Apache Kafka, the built-in connector's reads on the executors,
-s3a:// checkpoints in MinIO that the executors' state stores write to).
+"""The sessions job on a real Spark standalone cluster (master + two 1-core workers), the
+built-in connector's reads of Apache Kafka on the executors, checkpoints on the local disk
+(executors' state stores writing to s3a:// in MinIO are proven by the compose test,
+tests/compose/test_compose_stack.py, whose Spark workers do that).
 
 The job runs as its own process through its CLI with ``--master spark://...`` and the
 project's wheel shipped to the executors; its outputs must equal the plain-Python reference
@@ -27,7 +28,7 @@ from tests.scenario import Scenario, differences, build_scenario, collect_output
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EVENTS, METRICS = 800, 400
-# The RDDs that read Kafka: a Python data source scan, or the built-in connector's (its V1 source).
+# The RDDs that read Kafka: the built-in connector's V2 stream scans through DataSourceRDD (its V1 source: KafkaSourceRDD).
 SOURCE_RDDS = ("DataSourceRDD", "KafkaSourceRDD")
 
 
@@ -126,7 +127,7 @@ def api_alerts_covering(api: ApiProcess, expected: set[str]) -> list[str] | None
     return ids if set(ids) >= expected else None
 
 
-def test_a_worker_killed_mid_stream_changes_no_output(full_cluster, cluster_settings, profile_stack, tmp_path, monkeypatch):
+def test_a_worker_killed_mid_stream_changes_no_output(full_cluster, cluster_settings, stack, tmp_path, monkeypatch):
     """The scenario on the cluster equals the reference, with a worker SIGKILLed mid-stream.
 
     One run proves both acceptance points (a second, kill-free run cost two minutes of the
@@ -138,7 +139,7 @@ def test_a_worker_killed_mid_stream_changes_no_output(full_cluster, cluster_sett
     # watermark overtake a lagging partition, whose records then count as late; see docs/cluster.md.)
     cluster, settings = full_cluster, cluster_settings
     bootstrap = settings.bootstrap_servers
-    checkpoint = CheckpointFiles.of(profile_stack, settings.checkpoint("sessions"))
+    checkpoint = CheckpointFiles.of(stack, settings.checkpoint("sessions"))
 
     def committed_batches() -> int:
         return len(checkpoint.batches("commits"))
@@ -148,7 +149,7 @@ def test_a_worker_killed_mid_stream_changes_no_output(full_cluster, cluster_sett
     api_topics = ApiTopics(settings.topic_session_state, settings.topic_metric_state, settings.topic_alerts)
     api = ApiProcess(bootstrap, api_topics, tmp_path / "api.log")
     try:
-        with sessions_job(profile_stack, settings, tmp_path, monkeypatch) as job:
+        with sessions_job(stack, settings, tmp_path, monkeypatch) as job:
             wait_until(lambda: committed_batches() >= 1 or not job.alive(), 420, "the job's first committed batch")
             assert job.alive(), f"the job exited:\n{job.tail(40)}"
             before = tasks_started_on(cluster, 2), committed_batches()

@@ -33,8 +33,8 @@ VERSIONS = deps.versions()
 # that runs its part natively; None: compose only, for the reason given.
 NATIVE_COUNTERPART = {
     "secrets": None,  # natively the object store's credentials are made per data directory and the API has no token
-    "kafka": "start_kafka",
-    "topics": "start_kafka",  # creates the topics of infra/kafka/topics.toml once the broker answers
+    "kafka": "start_broker",
+    "topics": "start_broker",  # creates the topics of infra/kafka/topics.toml once the broker answers
     "minio": "start_object_store",
     "minio-init": "start_object_store",  # creates the bucket
     "spark-master": "StandaloneCluster",  # tests/cluster: the jobs on a real standalone cluster
@@ -83,7 +83,7 @@ def environment(service: str) -> dict[str, str]:
 
 def native_production_env(tmp_path: Path) -> dict[str, str]:
     """The environment the production profile gives its processes (jobs, API), without starting a server."""
-    settings = object_store_settings(Settings(), "http://127.0.0.1:9000", "streamstate", jars=[])
+    settings = object_store_settings(Settings(), "http://127.0.0.1:9000", "streamstate")
     stack = EmbeddedStack(settings=settings, workdir=tmp_path, quiet=True, profile=PRODUCTION)
     stack.s3_credentials = S3Credentials.for_home(tmp_path / "minio")
     return stack.env()
@@ -177,7 +177,6 @@ def test_the_jobs_environment_is_the_production_profiles(job, tmp_path):
             continue
         assert native.get(key) == value, f"{key}: compose {value!r}, native production profile {native.get(key)!r}"
     # What makes it the production path is set on both sides.
-    assert compose_env["STREAMSTATE_KAFKA_SOURCE"] == native["STREAMSTATE_KAFKA_SOURCE"] == PRODUCTION.kafka_source
     assert compose_env["STREAMSTATE_CHECKPOINT_ROOT"].startswith("s3a://")
     assert compose_env["STREAMSTATE_S3_ENDPOINT"] and native["STREAMSTATE_S3_ENDPOINT"]
     assert compose_env["AWS_ACCESS_KEY_ID"] and native["AWS_ACCESS_KEY_ID"]

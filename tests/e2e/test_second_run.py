@@ -1,12 +1,13 @@
-"""`make run`, stop, `make run` again: every record of the second run reaches the outputs.
+"""`make run`, stop, `make run` again: the second run resumes and loses nothing.
 
-The embedded broker keeps nothing between runs, while the checkpoints stay in
-``var/checkpoints``; resumed from them, the second run's queries would start at the first
-run's offsets and skip the new run's first records. So the launcher moves them aside
-(:meth:`EmbeddedStack.prepare_checkpoints`, called by ``streamstate up``). The test does
-what two runs do (a fresh broker, the same topic names, the same checkpoint root), with
-both jobs in the shared SparkSession to stay cheap, and compares the second run's outputs
-with the reference over exactly its records.
+The broker keeps its data in ``var/kafka`` and the checkpoints stay in ``var/checkpoints``,
+so a second run resumes: its jobs go on from the first run's offsets and state, and the
+outputs of both runs together equal the reference over both runs' records, with nothing
+processed twice or skipped. The test does what two runs do (a broker started again on the
+same data directory, the same topic names, the same checkpoint root, the start-up message of
+:meth:`EmbeddedStack.prepare_checkpoints`), with both jobs in the shared SparkSession to stay
+cheap. The other case, a broker whose storage is new under old checkpoints, is below
+without Spark: the run starts over and the old checkpoints are moved aside.
 """
 
 from __future__ import annotations
@@ -15,44 +16,59 @@ import pytest
 
 from streamstate.settings import Settings
 from streamstate.stack import EmbeddedStack
-from tests.checkpoints import CheckpointFiles
 from tests.scenario import Scenario, build_scenario, differences, produce_scenario, run_jobs_in_process
-
-pytestmark = pytest.mark.spark
 
 EVENTS, METRICS = 600, 400
 
 
-def one_run(spark, tmp_path, run: int, seed: int) -> tuple[EmbeddedStack, str, Scenario, list[str]]:
-    """A run as `streamstate up` makes it: a new broker, the checkpoints prepared, the jobs
-    on the default topics; returns the stopped stack, its start-up message and the problems."""
-    settings = Settings(checkpoint_root=str(tmp_path / "var" / "checkpoints"), shuffle_partitions=2, trigger_interval="1 second")
-    stack = EmbeddedStack(settings=settings, workdir=tmp_path / f"run{run}", quiet=True)
+def one_run(spark, workdir, part: Scenario, produced_before: list) -> tuple[str, Scenario, list[str]]:
+    """A run as `streamstate up` makes it on ``workdir`` (var/): the broker started on its data,
+    the checkpoints prepared, ``part`` produced, the jobs run until the outputs of every run so
+    far equal the reference over every record so far; returns the start-up message, that
+    cumulative scenario and the differences."""
+    settings = Settings(checkpoint_root=str(workdir / "checkpoints"), shuffle_partitions=2, trigger_interval="1 second")
+    stack = EmbeddedStack(settings=settings, workdir=workdir, quiet=True)
     try:
         bootstrap = stack.start_broker()
         message = stack.prepare_checkpoints()
-        scenario = build_scenario(seed, events=EVENTS, metrics=METRICS)
-        produce_scenario(bootstrap, scenario, stack.settings)
-        outputs = run_jobs_in_process(spark, bootstrap, stack.settings, scenario, timeout_s=240)
-        expected = scenario.expected(stack.settings)
-        assert expected.sessions and expected.alerts and expected.metric_state, "the scenario must produce outputs"
-        return stack, message, scenario, differences(expected, outputs)
+        produce_scenario(bootstrap, part, stack.settings)
+        so_far = Scenario(part.seed, part.records, produced=produced_before + part.produced)
+        outputs = run_jobs_in_process(spark, bootstrap, stack.settings, so_far, timeout_s=240)
+        return message, so_far, differences(so_far.expected(stack.settings), outputs)
     finally:
         stack.stop()
 
 
-def test_a_second_run_processes_every_record_it_produces(spark, tmp_path):
-    _, first_message, _, first_problems = one_run(spark, tmp_path, 1, seed=31)
+@pytest.mark.spark
+def test_a_second_run_resumes_and_loses_nothing(spark, tmp_path):
+    scenario = build_scenario(31, events=EVENTS, metrics=METRICS)
+    half = len(scenario.records) // 2
+    first, second = Scenario(31, scenario.records[:half]), Scenario(31, scenario.records[half:])
+    var = tmp_path / "var"
+
+    first_message, so_far, first_problems = one_run(spark, var, first, [])
+    assert "start empty" in first_message, first_message
     assert not first_problems, first_problems
-    assert "start empty" in first_message
 
-    # What the second run would resume from: offsets into topics of a broker that is gone.
-    checkpoint = tmp_path / "var" / "checkpoints"
-    left = CheckpointFiles(str(checkpoint / "sessions")).planned_offsets()
-    assert left and any(offset > 0 for source in left for parts in source.values() for offset in parts.values())
+    second_message, both, second_problems = one_run(spark, var, second, so_far.produced)
+    assert second_message.startswith("resuming"), second_message
+    assert len(both.produced) == EVENTS + METRICS
+    expected = both.expected(Settings())
+    assert expected.sessions and expected.alerts and expected.metric_state, "the scenario must produce outputs"
+    assert not second_problems, "the two runs together differ from the reference:\n" + "\n".join(second_problems)
 
-    _, second_message, second, second_problems = one_run(spark, tmp_path, 2, seed=32)
-    assert "previous run's were moved" in second_message, second_message
-    assert (checkpoint.parent / "checkpoints.previous" / "sessions" / "commits").is_dir()
-    assert not second_problems, "the second run lost records:\n" + "\n".join(second_problems)
-    assert len(second.produced) == EVENTS + METRICS
+
+def test_a_new_broker_storage_under_old_checkpoints_starts_over(tmp_path):
+    checkpoints = tmp_path / "var" / "checkpoints"
+    (checkpoints / "sessions" / "commits").mkdir(parents=True)
+    stack = EmbeddedStack(settings=Settings(checkpoint_root=str(checkpoints)), workdir=tmp_path / "var", quiet=True)
+
+    assert stack.prepare_checkpoints().startswith("resuming")  # a broker that kept its data
+    assert (checkpoints / "sessions" / "commits").is_dir()
+
+    stack.broker_storage_new = True  # what start_broker records when it formats the storage
+    message = stack.prepare_checkpoints()
+    assert message.startswith("starting over") and "moved to" in message, message
+    assert not checkpoints.exists()
+    assert (tmp_path / "var" / "checkpoints.previous" / "sessions" / "commits").is_dir()
+    assert "start empty" in stack.prepare_checkpoints()

@@ -1,6 +1,7 @@
-"""Clients built by streamstate.kafka_clients against the real embedded broker: the extra
-client options really reach the broker from every role, the API and the jobs' Python source
-and sink, and the reachability check tells a live broker from one it cannot use.
+"""Clients built by streamstate.kafka_clients against the real broker: the extra client
+options really reach the broker from every role, the API and the jobs' reads and writes
+(Spark's connector, the options translated for its Java client), and the reachability check
+tells a live broker from one it cannot use.
 
 What a client sent is read on the wire (:class:`ClientIdProxy`): ``client.id`` travels in
 every Kafka request header, so it proves the option was applied, not merely put in a dict.
@@ -39,7 +40,7 @@ def test_every_role_sends_the_extra_options(settings, proxy, new_topic):
     assert producer.flush(30) == 0
     reader = Consumer(kc.reader_config(through(settings, proxy, **{"client.id": "role-reader"})))
     try:
-        assert kc.TrueEnds(reader, 10).of({(topic, 0): 0}) == {(topic, 0): 1}
+        assert kc.watermarks(reader, [(topic, 0)], 10) == {(topic, 0): (0, 1)}
     finally:
         reader.close()
     assert {"role-admin", "role-producer", "role-reader"} <= proxy.seen()
@@ -71,13 +72,12 @@ def test_the_api_consumer_gets_the_options_and_never_logs_a_secret(proxy, new_to
 
 
 @pytest.mark.spark
-def test_the_jobs_python_source_and_sink_get_the_options(spark, settings, proxy, bootstrap, new_topic, tmp_path):
+def test_the_jobs_kafka_reads_and_writes_get_the_options(spark, settings, proxy, bootstrap, new_topic, tmp_path):
     from streamstate.jobs.kafka import read_kafka, write_kafka
 
     source, target = new_topic(partitions=2), new_topic(partitions=1)
     produce(bootstrap, source, [(None, f"{i}".encode(), i % 2) for i in range(40)])
     reading = through(settings, proxy, **{"client.id": "source-under-test"})
-    assert reading.kafka_source == "python"
     batches = collect_batches(read_kafka(spark, reading, subscribe=source), str(tmp_path / "ck"), ("value",))
     values = sorted(int(bytes(v)) for batch in batches for (v,) in batch)
     assert values == list(range(40))

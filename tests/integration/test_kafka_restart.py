@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from streamstate.settings import Settings
 from tests.integration.kafka_testing import produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -20,10 +21,10 @@ DRIVER = Path(__file__).with_name("kafka_restart_driver.py")
 RECORDS, PARTITIONS, PER_TRIGGER = 20_000, 4, 4_000
 
 
-def start_driver(bootstrap: str, topic: str, workdir: Path, run: int) -> subprocess.Popen:
+def start_driver(settings: Settings, topic: str, workdir: Path, run: int) -> subprocess.Popen:
     log = open(workdir / f"driver-{run}.log", "w")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    args = [sys.executable, str(DRIVER), bootstrap, topic, str(workdir / "ck"), str(workdir / "out"), str(PER_TRIGGER)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "STREAMSTATE_SPARK_JARS": settings.spark_jars}
+    args = [sys.executable, str(DRIVER), settings.bootstrap_servers, topic, str(workdir / "ck"), str(workdir / "out"), str(PER_TRIGGER)]
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
@@ -49,14 +50,14 @@ def wait_for(condition, driver: subprocess.Popen, log: Path, timeout_s: float, w
         time.sleep(0.2)
 
 
-def test_sigkill_mid_stream_then_restart_loses_and_repeats_nothing(bootstrap, new_topic, tmp_path):
+def test_sigkill_mid_stream_then_restart_loses_and_repeats_nothing(settings, bootstrap, new_topic, tmp_path):
     topic = new_topic(partitions=PARTITIONS)
     delivered = produce(
         bootstrap, topic, [(f"user-{i % 37}".encode(), f"event {i}".encode(), i % PARTITIONS) for i in range(RECORDS)]
     )
     raw_out, counts_out = tmp_path / "out" / "raw", tmp_path / "out" / "counts"
 
-    first = start_driver(bootstrap, topic, tmp_path, 1)
+    first = start_driver(settings, topic, tmp_path, 1)
     try:
         # Kill once both queries have committed a batch and the raw query is into the next ones.
         committed = lambda q, n: (tmp_path / "ck" / q / "commits" / str(n)).exists()  # noqa: E731
@@ -75,7 +76,7 @@ def test_sigkill_mid_stream_then_restart_loses_and_repeats_nothing(bootstrap, ne
             latest[key] = max(count, latest.get(key, 0))
         return latest
 
-    second = start_driver(bootstrap, topic, tmp_path, 2)
+    second = start_driver(settings, topic, tmp_path, 2)
     try:
         wait_for(
             lambda: len(batch_rows(raw_out)) >= RECORDS and sum(final_counts().values()) >= RECORDS,

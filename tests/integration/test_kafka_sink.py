@@ -1,19 +1,12 @@
-"""Kafka sinks (write_kafka in foreachBatch, the streaming format) and the connector choice."""
+"""Kafka sinks (write_kafka in foreachBatch, the streaming format) on Spark's built-in
+connector, and the clear error of a session without it."""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
 
-from streamstate.jobs.kafka import (
-    KafkaConnectorUnavailable,
-    builtin_kafka_available,
-    kafka_format,
-    kafka_sink_format,
-    kafka_sink_options,
-    read_kafka,
-    write_kafka,
-)
+from streamstate.jobs.kafka import KafkaConnectorUnavailable, kafka_sink_options, read_kafka, write_kafka
 from streamstate.jobs.kafka.connector import jvm_class_loads
 from streamstate.stack import free_port
 from tests.integration.kafka_testing import produce, read_topic
@@ -61,8 +54,8 @@ def test_write_kafka_takes_binary_columns_and_headers(spark, settings, bootstrap
 def test_write_kafka_fails_the_batch_when_delivery_fails(spark, settings):
     dead_broker = settings.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
     batch = spark.createDataFrame([("k", "v")], "key string, value string")
-    with pytest.raises(Exception, match="not delivered|unacknowledged"):
-        write_kafka(batch, dead_broker, topic="anything", **{"kafka.message.timeout.ms": "1500"})
+    with pytest.raises(Exception, match="TimeoutException"):
+        write_kafka(batch, dead_broker, topic="anything", **{"kafka.max.block.ms": "1500"})
 
 
 def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tmp_path):
@@ -72,8 +65,8 @@ def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tm
     query = (
         read_kafka(spark, settings, subscribe=source)
         .select("key", F.upper(F.col("value").cast("string")).alias("value"))
-        .writeStream.format(kafka_sink_format(spark, settings))
-        .options(**kafka_sink_options(spark, settings, target))
+        .writeStream.format("kafka")
+        .options(**kafka_sink_options(settings, target))
         .option("checkpointLocation", str(tmp_path / "ck"))
         .trigger(availableNow=True)
         .start()
@@ -85,19 +78,16 @@ def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tm
     assert sorted((r.key, r.value) for r in back) == sorted((d.key, d.value.upper()) for d in delivered)
 
 
-def test_auto_detection_takes_the_connector_on_spark_jars_and_builtin_without_it_is_a_clear_error(spark, settings, monkeypatch):
+def test_a_session_without_the_connector_gets_a_clear_error(spark, settings, monkeypatch):
     from streamstate.jobs.kafka import connector
 
-    # The detection can say yes and no: classes on the classpath load, others do not.
+    # The lookup can say yes and no: classes on the classpath load, others do not.
     assert jvm_class_loads(spark, "org.apache.spark.sql.SparkSession")
     assert not jvm_class_loads(spark, "org.example.NotOnTheClasspath")
-    # The session fixture puts the installed connector on spark.jars: auto takes it, so the
-    # embedded profile names the Python source explicitly.
-    assert builtin_kafka_available(spark)
-    assert kafka_format(spark, settings.model_copy(update={"kafka_source": "auto"})) == "builtin"
-    assert settings.kafka_source == "python" and kafka_format(spark, settings) == "python"
-    # Without the connector, auto falls back and builtin says what is missing.
-    monkeypatch.setattr(connector, "builtin_kafka_available", lambda session: False)
-    assert kafka_format(spark, settings.model_copy(update={"kafka_source": "auto"})) == "python"
-    with pytest.raises(KafkaConnectorUnavailable, match="spark-sql-kafka-0-10"):
-        read_kafka(spark, settings.model_copy(update={"kafka_source": "builtin"}), subscribe="user-events")
+    assert jvm_class_loads(spark, connector.BUILTIN_PROVIDER)  # the session fixture's spark.jars
+    # Without the connector, reading and writing say what is missing and how to add it.
+    monkeypatch.setattr(connector, "jvm_class_loads", lambda session, name: False)
+    with pytest.raises(KafkaConnectorUnavailable, match="make deps.*spark-sql-kafka-0-10"):
+        read_kafka(spark, settings, subscribe="user-events")
+    with pytest.raises(KafkaConnectorUnavailable, match="make deps"):
+        write_kafka(spark.createDataFrame([("k", "v")], "key string, value string"), settings, topic="t")

@@ -160,4 +160,4 @@ def test_with_source_kinesis_each_job_reads_its_stream_once_with_the_kafka_colum
     module = importlib.import_module(f"streamstate.jobs.{job}_job")
     plan = module.build(spark, kinesis_settings.model_copy(update={"source": "kinesis"}))._jdf.queryExecution().logical().toString()
     assert len(re.findall(r"\bStreamingRelationV2\b", plan)) == 1
-    assert "streamstate_kinesis" in plan and "streamstate_kafka" not in plan
+    assert "streamstate_kinesis" in plan and "KafkaSourceProvider" not in plan and "kafka.bootstrap.servers" not in plan

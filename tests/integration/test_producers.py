@@ -30,9 +30,8 @@ Read = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, va
 def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Read]:
     """Every record of ``topic``, read with assign() until ``expected`` arrived (or the timeout).
 
-    The broker under-reports its high watermark, so the end is not taken from it: reading
-    goes on until the expected count, then a little longer (well past fetch.wait.max.ms)
-    so that surplus records would show up too.
+    Reading goes on until the expected count, then a little longer (well past
+    fetch.wait.max.ms) so that surplus records would show up too.
     """
     consumer = Consumer({**reader_config(bootstrap, "producer-tests", **{"fetch.wait.max.ms": 100}), "enable.partition.eof": False})
     try:

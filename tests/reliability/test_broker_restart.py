@@ -1,8 +1,7 @@
-"""The Kafka broker killed mid-stream and started again (production profile only: the
-embedded broker keeps no data, so it cannot come back with the records).
+"""The Kafka broker killed mid-stream and started again with its data.
 
 Both jobs run as processes on a dedicated Apache Kafka broker (the session's broker is
-left alone) with checkpoints in the session's MinIO. The scenario arrives in three parts:
+left alone), read with Spark's built-in connector. The scenario arrives in three parts:
 the first before the jobs start; the second while they run, and the broker is SIGKILLed
 as soon as a batch reading it is planned (the jobs lose their broker mid-batch); the
 broker is started again on the same ports and data directory, and the third part follows.
@@ -18,7 +17,6 @@ import pytest
 
 from streamstate.stack import free_port
 from tests.checkpoints import CheckpointFiles
-from tests.conftest import checkpoint_root_for
 from tests.integration.api_harness import wait_until
 from tests.scenario import Scenario, assert_outputs_match, build_scenario, collect_outputs, produce_scenario
 
@@ -33,12 +31,12 @@ def parts(scenario: Scenario, count: int) -> list[Scenario]:
     return [Scenario(scenario.seed, scenario.records[i : i + size]) for i in range(0, len(scenario.records), size)]
 
 
-def test_jobs_recover_when_the_broker_is_killed_mid_stream_and_comes_back(production_stack, tmp_path):
-    # A dedicated broker in this test's directory, on the session's object store.
-    stack = production_stack.sibling(
-        production_stack.settings.model_copy(
+def test_jobs_recover_when_the_broker_is_killed_mid_stream_and_comes_back(stack, tmp_path):
+    # A dedicated broker in this test's directory.
+    dedicated = stack.sibling(
+        stack.settings.model_copy(
             update={
-                "checkpoint_root": checkpoint_root_for(production_stack, tmp_path),
+                "checkpoint_root": str(tmp_path / "checkpoints"),
                 "trigger_interval": "1 second",
                 "sessions_metrics_port": 0,
                 "anomalies_metrics_port": 0,
@@ -48,13 +46,13 @@ def test_jobs_recover_when_the_broker_is_killed_mid_stream_and_comes_back(produc
         tmp_path,
     )
     try:
-        bootstrap = stack.start_broker()
-        settings = stack.settings
+        bootstrap = dedicated.start_broker()
+        settings = dedicated.settings
         scenario = build_scenario(seed=23, events=800, metrics=500)
         first, second, third = parts(scenario, 3)
         produced = produce_scenario(bootstrap, first, settings)
-        jobs = {job: stack.start_job(job) for job in JOBS}
-        checkpoints = {job: CheckpointFiles.of(stack, settings.checkpoint(job)) for job in JOBS}
+        jobs = {job: dedicated.start_job(job) for job in JOBS}
+        checkpoints = {job: CheckpointFiles.of(dedicated, settings.checkpoint(job)) for job in JOBS}
         for job, files in checkpoints.items():
             wait_until(lambda f=files, p=jobs[job]: f.batches("commits") or not p.alive(), 420, f"{job}'s first committed batch")
             assert jobs[job].alive(), f"{job} job exited:\n{jobs[job].tail(40)}"
@@ -71,9 +69,9 @@ def test_jobs_recover_when_the_broker_is_killed_mid_stream_and_comes_back(produc
             "a batch reading the second part",
         )
         in_flight = {job: len(f.batches("offsets")) > len(f.batches("commits")) for job, f in checkpoints.items()}
-        stack.kill_broker()
+        dedicated.kill_broker()
         time.sleep(DOWN_S)
-        assert stack.start_broker() == bootstrap, "the broker must come back on its address"
+        assert dedicated.start_broker() == bootstrap, "the broker must come back on its address"
 
         produced += produce_scenario(bootstrap, third, settings)
         scenario.produced = produced
@@ -85,4 +83,4 @@ def test_jobs_recover_when_the_broker_is_killed_mid_stream_and_comes_back(produc
               f"{len(produced)} input records, {len(outputs.alerts)} alerts in {outputs.alert_copies} copies")
         assert_outputs_match(scenario, outputs, settings)
     finally:
-        stack.stop()
+        dedicated.stop()
