@@ -2,10 +2,10 @@
 
 One launcher for both profiles (:mod:`streamstate.profiles`), which share the broker (Apache
 Kafka from :mod:`streamstate.production`, its data kept in ``workdir/kafka``) and differ in
-where checkpoints go: the local disk (embedded) or MinIO (production, s3a://). Every process it starts runs in its
-own process group with a parent-death signal, and :meth:`EmbeddedStack.stop` (also
-called on exit, Ctrl-C and SIGTERM) ends each group, so nothing is left behind. Tests use
-the same class as session fixtures.
+where checkpoints go: the local disk (embedded) or MinIO (production, s3a://). Every
+process it starts runs in its own process group with a parent-death signal, and
+:meth:`EmbeddedStack.stop` (also called on exit, Ctrl-C and SIGTERM) ends each group, so
+nothing is left behind. Tests use the same class as session fixtures.
 """
 
 from __future__ import annotations
