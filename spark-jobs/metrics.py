@@ -213,7 +213,9 @@ class JobMetrics:
             "Records on the input topics beyond the last batch's end offsets.",
             ["job", "topic"], registry=r)
         self._up = Gauge(
-            "streamstate_job_up", "1 while at least one streaming query of the job runs.", ["job"], registry=r)
+            "streamstate_job_up", "1 while at least one streaming query of the job runs and its Kafka broker answers.",
+            ["job"], registry=r)
+        self._broker_reachable = True
 
         # -- fed by the job's code -------------------------------------------------------
         dead_letters = Counter(
@@ -286,12 +288,21 @@ class JobMetrics:
     def query_started(self, query_id: str, name: str | None = None) -> None:
         with self._lock:
             self._query_names[query_id] = name or query_id
-            self._up.labels(job=self.job).set(1)
+            self._refresh_up()
 
     def query_terminated(self, query_id: str) -> None:
         with self._lock:
             self._query_names.pop(query_id, None)
-            self._up.labels(job=self.job).set(1 if self._query_names else 0)
+            self._refresh_up()
+
+    def broker_reachable(self, reachable: bool) -> None:
+        """A query whose broker is gone does not end (its client retries): it waits, and is not up."""
+        with self._lock:
+            self._broker_reachable = reachable
+            self._refresh_up()
+
+    def _refresh_up(self) -> None:
+        self._up.labels(job=self.job).set(1 if self._query_names and self._broker_reachable else 0)
 
     def attach(self, spark: Any) -> Any:
         """Register a listener on ``spark`` that feeds these metrics; returns it.

@@ -39,7 +39,7 @@ from streamstate.jobs.checkpoints import (
     check_state_partitions,
     discard_unstarted_leftovers,
 )
-from streamstate.jobs.outage import failure_message
+from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
@@ -180,13 +180,17 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
     ]
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     queries = [query, *secondary]
+    watch = BrokerWatch(settings, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
     try:
         # availableNow: wait for every query to drain; otherwise any query ending ends the run.
         while not stop_requested.is_set() and (
             any(q.isActive for q in queries) if available_now else all(q.isActive for q in queries)
         ):
+            if watch is not None:
+                watch.poll()
             stop_requested.wait(1)
     finally:
+        metrics.broker_reachable(True)  # a restarted query is judged afresh
         for running in queries:
             if running.isActive:
                 running.stop()

@@ -67,10 +67,10 @@ def _external_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def test_kafka_and_minio_listen_on_loopback_only(production_stack):
-    ports = {
-        "kafka": production_stack.kafka.port,
-        "kafka controller": production_stack.kafka.controller_port,
+def test_kafka_and_minio_listen_on_loopback_only(stack, production_stack):
+    ports = {  # the production profile runs on the session's broker
+        "kafka": stack.kafka.port,
+        "kafka controller": stack.kafka.controller_port,
         "minio": production_stack.minio.port,
     }
     for name, port in ports.items():
