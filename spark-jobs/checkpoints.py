@@ -10,7 +10,8 @@ who changed ``STREAMSTATE_SHUFFLE_PARTITIONS`` would believe the job runs with t
 The input topics' ids are kept next to the checkpoint (``streamstate/topic-ids.json``), so
 that a topic recreated under the checkpoint is noticed (see
 :mod:`streamstate.jobs.kafka.identity`). Everything is read and written through Hadoop's
-FileSystem, so local paths, ``s3a://`` and ``hdfs://`` all work.
+FileSystem, so local paths, ``s3a://`` and ``hdfs://`` all work; the metadata files are
+written atomically and read back checked (:mod:`streamstate.jobs.checkpoint_metadata`).
 """
 
 from __future__ import annotations
@@ -20,18 +21,34 @@ import logging
 
 from pyspark.sql import SparkSession
 
+from streamstate.jobs.checkpoint_metadata import (
+    CheckpointError,
+    CheckpointMetadataDamaged,
+    decode,
+    encode,
+    engine_shape,
+    topic_ids_shape,
+)
 from streamstate.jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 log = logging.getLogger("streamstate.jobs")
 
 
-class StatePartitionsChanged(ValueError):
+class StatePartitionsChanged(CheckpointError):
     """The configured state partition count differs from the one the checkpoint was written with."""
 
 
 TOPIC_IDS_FILE = "streamstate/topic-ids.json"
 ENGINE_FILE = "streamstate/engine.json"
+ENGINE_FIX = (
+    "Restore it from a backup; or, knowing the bucket count the checkpoint started with, delete it and "
+    "start with STREAMSTATE_STATE_BUCKETS set to that count; or start from a new checkpoint (state is lost)"
+)
+TOPIC_IDS_FIX = (
+    "Restore it from a backup; or, if no input topic was deleted and created again since the checkpoint "
+    "was written, delete it (the topics' ids are recorded afresh); or start from a new checkpoint"
+)
 
 
 class CheckpointFiles:
@@ -53,12 +70,33 @@ class CheckpointFiles:
         finally:
             stream.close()
 
+    def where(self, relative: str) -> str:
+        return f"{self._root}/{relative}"
+
+    def read_checked(self, relative: str) -> str | None:
+        """:meth:`read`, with a file Hadoop finds damaged (its ``.crc`` disagrees) reported as such."""
+        try:
+            return self.read(relative)
+        except Exception as exc:  # noqa: BLE001 - Py4JJavaError of a ChecksumException or an I/O error
+            raise CheckpointMetadataDamaged(
+                f"{self.where(relative)} cannot be read ({' '.join(str(exc).split())[:200]})"
+            ) from None
+
     def write(self, relative: str, text: str) -> None:
-        stream = self._fs.create(self._path(f"{self._root}/{relative}"), True)
+        """Atomically, through Spark's own CheckpointFileManager: a temporary file renamed into
+        place (one PUT on S3), so a crash mid-write leaves the old content or the new, never a mix."""
+        path = self._path(f"{self._root}/{relative}")
+        manager = self._jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+            path.getParent(), self._fs.getConf()
+        )
+        manager.mkdirs(path.getParent())
+        stream = manager.createAtomic(path, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
+        except BaseException:
+            stream.cancel()
+            raise
+        stream.close()
 
     def batches(self, log: str) -> list[int]:
         """Batch ids in the checkpoint's ``offsets`` or ``commits`` log."""
@@ -137,14 +175,14 @@ def check_state_buckets(spark: SparkSession, checkpoint: str, wanted: int) -> No
     """Raise :class:`StatePartitionsChanged` unless ``checkpoint`` is new or keeps its keys in
     ``wanted`` buckets (a key's bucket is where its state lives); records it for a new one."""
     files = CheckpointFiles(spark, checkpoint)
-    stored = files.read(ENGINE_FILE)
+    stored = files.read_checked(ENGINE_FILE)
     if stored is None:
         if files.batches("commits"):
             return  # a checkpoint from before buckets were recorded: nothing to compare with
-        files.write(ENGINE_FILE, json.dumps({"state_buckets": wanted}))
+        files.write(ENGINE_FILE, encode({"state_buckets": wanted}))
         return
-    buckets = json.loads(stored).get("state_buckets")
-    if buckets is not None and buckets != wanted:
+    buckets = decode(stored, files.where(ENGINE_FILE), engine_shape, ENGINE_FIX)["state_buckets"]
+    if buckets != wanted:
         raise StatePartitionsChanged(
             f"checkpoint {checkpoint} keeps its keys' state in {buckets} buckets (a key's bucket is where its state "
             f"lives), but {wanted} were asked for: set STREAMSTATE_STATE_BUCKETS={buckets} or start from a new "
@@ -161,14 +199,14 @@ class TopicIdentity:
         self._checkpoint = checkpoint
         self._broker = broker
         self._topics = topics
-        self._recorded: dict[str, str] | None = None
+        # Read now: a damaged file stops the job at start, not in its first batch.
+        stored = self._files.read_checked(TOPIC_IDS_FILE)
+        where = self._files.where(TOPIC_IDS_FILE)
+        self._recorded: dict[str, str] = decode(stored, where, topic_ids_shape, TOPIC_IDS_FIX) if stored is not None else {}
 
     def check(self) -> None:
         """Raise :class:`SourceResetError` when an input topic is not the one the checkpoint read."""
         current = topic_ids(self._broker, self._topics)
-        if self._recorded is None:
-            stored = self._files.read(TOPIC_IDS_FILE)
-            self._recorded = json.loads(stored) if stored else {}
         changed = changed_topics(self._recorded, current)
         if changed:
             described = ", ".join(f"{name} (id {old} -> {new})" for name, (old, new) in sorted(changed.items()))
@@ -179,4 +217,4 @@ class TopicIdentity:
         missing = {name: topic_id for name, topic_id in current.items() if name not in self._recorded}
         if missing:
             self._recorded = {**self._recorded, **missing}
-            self._files.write(TOPIC_IDS_FILE, json.dumps(self._recorded, sort_keys=True))
+            self._files.write(TOPIC_IDS_FILE, encode(self._recorded))

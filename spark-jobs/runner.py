@@ -31,9 +31,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
 from streamstate.job_registry import JobSpec, job_spec
+from streamstate.jobs.checkpoint_metadata import CheckpointError
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
-    StatePartitionsChanged,
     TopicIdentity,
     check_state_buckets,
     check_state_partitions,
@@ -106,8 +106,9 @@ def start_query(
 ) -> StreamingQuery:
     """Start one of a job's streaming queries (also used in-process by the tests).
 
-    Raises :class:`StatePartitionsChanged` when ``checkpoint`` was written with a state
-    partition count other than ``settings.shuffle_partitions`` (Spark would silently keep the old one).
+    Raises :class:`~streamstate.jobs.checkpoint_metadata.CheckpointError` when ``checkpoint`` was written
+    with a state partition count other than ``settings.shuffle_partitions`` (Spark would silently keep
+    the old one) or another bucket count, or when the metadata kept next to it is damaged.
     With ``input_topics``, every batch first checks that they are still the topics the
     checkpoint read (:class:`TopicIdentity`). ``outputs`` (kind -> Settings field of its
     topic, a job's declared outputs) limits what the rows may be; default: every job's kinds.
@@ -275,7 +276,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 return 1
             if stop_requested.wait(delay):
                 break
-    except StatePartitionsChanged as exc:
+    except CheckpointError as exc:  # wrong partitions or buckets, damaged metadata: the message says what to do
         log.error("%s", exc)
         return 2
     finally:
