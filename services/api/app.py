@@ -8,7 +8,8 @@ operations router (probes, metrics) stays open.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from streamstate.api.context import ApiContext
 from streamstate.api.deps import TokenDep
@@ -17,6 +18,7 @@ from streamstate.api.limits import StreamLimit
 from streamstate.api.metrics import RequestMetricsMiddleware
 from streamstate.api.models import UNAUTHORIZED
 from streamstate.api.routes import alerts, operations, series, sessions
+from streamstate.api.store import StoreDamaged
 from streamstate.settings import Settings
 
 VERSION = "0.1.0"
@@ -34,6 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=context.lifespan, redirect_slashes=False,
     )
     app.state.context = context
+    app.add_exception_handler(StoreDamaged, _store_damaged)
     app.add_middleware(StreamLimit, path=alerts.STREAM_PATH, limit=settings.api_max_streams)
     app.add_middleware(RequestMetricsMiddleware, metrics=context.metrics)
     app.add_middleware(FastPath, context=context)  # outermost of ours: the read routes that carry the load
@@ -43,3 +46,8 @@ def create_app(settings: Settings) -> FastAPI:
     for router in (sessions.router, series.router, alerts.router):
         app.include_router(router, **guarded)
     return app
+
+
+async def _store_damaged(_: Request, exc: Exception) -> JSONResponse:
+    # Not a 500: nothing is wrong with the request, and the store is being rebuilt (see /readyz).
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"retry-after": "5"})

@@ -17,7 +17,7 @@ from streamstate.api.broadcast import AlertBroadcaster
 from streamstate.api.follower import ViewFollower, source_topics
 from streamstate.api.metrics import ApiMetrics
 from streamstate.api.responses import Responder
-from streamstate.api.store import FORMAT, ViewStore, open_store
+from streamstate.api.store import open_store, view_identity
 from streamstate.api.view import StateView
 from streamstate.settings import Settings
 
@@ -25,7 +25,6 @@ from streamstate.settings import Settings
 @dataclass
 class ApiContext:
     settings: Settings
-    store: ViewStore
     view: StateView
     metrics: ApiMetrics
     broadcaster: AlertBroadcaster
@@ -35,20 +34,21 @@ class ApiContext:
     @classmethod
     def build(cls, settings: Settings) -> "ApiContext":
         topics = source_topics(settings)
-        identity = {"format": FORMAT, "topics": {source.value: topic for source, topic in topics.items()}}
-        opened = open_store(settings.api_store_path, settings.api_store_cache_mb, identity)
+        opened = open_store(settings.api_store_path, settings.api_store_cache_mb, view_identity(topics))
         view = StateView(opened.store, settings.api_max_alerts)
         metrics = ApiMetrics(view)
         broadcaster = AlertBroadcaster()
         follower = ViewFollower(settings, view, metrics, broadcaster, opened.rebuild_reason)
         responder = Responder(topics, follower.is_ready)
-        return cls(settings, opened.store, view, metrics, broadcaster, follower, responder)
+        return cls(settings, view, metrics, broadcaster, follower, responder)
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        # A damaged store is swapped on this loop, between requests (they read the store here).
+        self.follower.swap_on(asyncio.get_running_loop())
         self.follower.start()
         try:
             yield
         finally:
             await asyncio.to_thread(self.follower.stop)
-            self.store.close()
+            self.view.close()

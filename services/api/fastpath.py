@@ -31,6 +31,7 @@ from streamstate.api.context import ApiContext
 from streamstate.api.cursor import CURSOR_PATTERN, decode_cursor
 from streamstate.api.routes.series import series_body
 from streamstate.api.routes.sessions import DEFAULT_LIMIT, MAX_LIMIT, page_body, session_body
+from streamstate.api.store import StoreDamaged
 
 _CURSOR = re.compile(CURSOR_PATTERN)
 _HEADERS = [(b"content-type", b"application/json")]
@@ -52,7 +53,10 @@ class FastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and self._authorized(scope):
             started = time.perf_counter()
-            answer = self._answer(scope["path"], scope["query_string"])
+            try:
+                answer = self._answer(scope["path"], scope["query_string"])
+            except StoreDamaged:
+                answer = None  # the route answers it (503), counted by the metrics middleware
             if answer is not None:
                 route, body = answer
                 await send({"type": "http.response.start", "status": 200, "headers": [*_HEADERS, (b"content-length", b"%d" % len(body))]})

@@ -17,9 +17,12 @@ The thread never dies on a broker problem: it reports the reason through
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
@@ -28,6 +31,7 @@ from streamstate.api.broadcast import AlertBroadcaster
 from streamstate.api.metrics import ApiMetrics
 from streamstate.api.decoding import Decoder, Row
 from streamstate.api.records import Source, build
+from streamstate.api.store import StoreDamaged, view_identity
 from streamstate.api.view import Consumed, StateView
 from streamstate.kafka_clients import admin, reader_config, reason, watermarks
 from streamstate.settings import Settings
@@ -94,10 +98,15 @@ class ViewFollower(threading.Thread):
         self._progress_start: tuple[float, int] | None = None  # (monotonic time, records left) when catching up began
         self._next_progress_log = 0.0
         self._fetch_wait_s = 0.0  # time spent waiting for records while catching up (logged when caught up)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._metrics.ready.set(0)
         self._metrics.broker_up.set(0)
 
     # ------------------------------------------------------------------ public
+    def swap_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop that serves requests: a damaged store is replaced there, between requests."""
+        self._loop = loop
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
         if self.is_alive():
@@ -143,6 +152,9 @@ class ViewFollower(threading.Thread):
         while not self._stopping.is_set():
             try:
                 self._follow()
+            except StoreDamaged:
+                self._rebuild_damaged()
+                continue
             except (KafkaException, _StartFailed) as exc:
                 self._set_broker(isinstance(exc, _StartFailed), self._describe(exc))
                 log.warning("view follower: %s; retrying in %.1fs", self._problem, self._settings.api_retry_s)
@@ -171,6 +183,8 @@ class ViewFollower(threading.Thread):
             decoder = Decoder.for_catch_up(self._progress_start[1] if self._progress_start and not self._caught_up else 0)
             try:
                 while not self._stopping.is_set():
+                    if self._view.damage is not None:  # found by a request, or by our own reads
+                        raise StoreDamaged(self._view.damage)
                     waited = time.monotonic()
                     messages = consumer.consume(_BATCH, timeout=_POLL_S)
                     self._fetch_wait_s += time.monotonic() - waited
@@ -221,14 +235,16 @@ class ViewFollower(threading.Thread):
         return partitions
 
     def _topic_ids(self) -> dict[str, str]:
-        """Kafka topic ids (brokers since Kafka 2.8 have them); empty where the broker has none."""
+        """Kafka topic ids (brokers since Kafka 2.8 have them); empty where the broker has none.
+        A lookup that fails is retried (readyz says why): taken as "no id", a recreated topic
+        would go unnoticed."""
         ids = {}
         client = admin(self._settings)  # held until the futures are resolved: a collected client fails them
         for topic, future in client.describe_topics(TopicCollection(list(self._topics.values()))).items():
             try:
                 topic_id = future.result(timeout=10).topic_id
-            except Exception:  # noqa: BLE001 - ids only sharpen the staleness check; offsets remain
-                continue
+            except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: retried by run()
+                raise _StartFailed(f"reading the topic id of {topic}: {self._describe(exc)}") from None
             if topic_id is not None:
                 ids[topic] = str(topic_id)
         return ids
@@ -239,11 +255,13 @@ class ViewFollower(threading.Thread):
         ids = self._topic_ids()
         stored_ids = self._view.topic_ids()
         changed = [t for t, i in ids.items() if stored_ids.get(t) not in (None, i)]
+        if changed and not self._view.empty:
+            # One atomic write clears the view and records the new ids: killed at any point, the
+            # store holds either the old view with the old ids (checked again) or neither.
+            self._stale(f"topic(s) {', '.join(changed)} were recreated since the store was built (new topic id)", ids)
+            return
         self._view.remember_topic_ids(ids)
         if self._view.empty:
-            return
-        if changed:
-            self._stale(f"topic(s) {', '.join(changed)} were recreated since the store was built (new topic id)")
             return
         for (source, partition), offset in self._view.stored_positions().items():
             topic = self._topics[source]
@@ -256,10 +274,41 @@ class ViewFollower(threading.Thread):
                 )
                 return
 
-    def _stale(self, reason: str) -> None:
+    def _stale(self, reason: str, topic_ids: dict[str, str] | None = None) -> None:
         log.warning("view follower: %s; rebuilding the view", reason)
-        self._view.reset()
+        self._view.reset(topic_ids)
         self._rebuild_reason = reason
+
+    def _rebuild_damaged(self) -> None:
+        """Replace a damaged store with an empty one and start over from the topics' beginning."""
+        reason = f"the store was damaged: {self._view.damage}"
+        self._on_serving_loop(lambda: self._view.replace_damaged_store(view_identity(self._topics)))
+        with self._state_lock:
+            self._targets = None
+            self._caught_up = False
+            self._done_at_eof.clear()
+            self._progress_start = None
+            self._rebuild_reason = reason
+            self._problem = f"rebuilding the view from the start of the topics ({reason})"
+        self._metrics.ready.set(0)
+        log.warning("view follower: %s; rebuilding the view from the topics", reason)
+
+    def _on_serving_loop(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on the loop that serves requests (no request is then mid-read), and wait."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            action()
+            return
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(action())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the follower's thread
+                done.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        done.result(timeout=120)
 
     def _end_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:

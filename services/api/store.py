@@ -31,6 +31,13 @@ offsets after them: RocksDB applies it atomically and logs it to its write-ahead
 returning, so a process killed at any moment reopens with values and offsets that agree.
 A store that cannot be opened, has another format or was built from other topics is moved
 aside and rebuilt from the topics (:func:`open_store` says why).
+
+Damage found later (a flipped bit in a data file, a cut file) is found where it is read:
+RocksDB checks every block's checksum on every read, so a damaged block never yields a value,
+and a scan that stops on one reports it through the iterator's status (checked, so a listing
+never ends early as if complete). Any such error marks the store damaged
+(:class:`StoreDamaged`): requests get a 503 saying so, and the follower rebuilds the store
+from the topics (:func:`replace_damaged`), which ``/readyz`` shows with the reason.
 """
 
 from __future__ import annotations
@@ -72,6 +79,11 @@ def _offset_key(source: str, partition: int) -> bytes:
     return _OFFSET + source.encode() + b"\x00" + _PARTITION.pack(partition)
 
 
+class StoreDamaged(RuntimeError):
+    """RocksDB reported corruption or an I/O error on this store: nothing it answers can be trusted
+    until it is rebuilt from the topics."""
+
+
 class StoreUnavailable(RuntimeError):
     """The store can be neither used nor rebuilt here: another process holds it (a second API on
     the same ``api_store_path``), or its directory cannot be written."""
@@ -107,14 +119,31 @@ class ViewStore:
         # no fsync per batch: after a power loss the store is rebuilt or resumed earlier.
         self._write_options = WriteOptions()
         self._write_options.sync = False
+        self.cache_mb = cache_mb
+        self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
+
+    def _damaged(self, error: Exception) -> StoreDamaged:
+        if self.damage is None:
+            self.damage = " ".join(str(error).split())[:300]
+            log.error("view store %s is damaged: %s; it will be rebuilt from the topics", self.path, self.damage)
+        return StoreDamaged(
+            f"the API's view store is damaged ({self.damage}) and is being rebuilt from the topics; "
+            "retry when /readyz answers 200"
+        )
 
     # ------------------------------------------------------------------ meta
     def identity(self) -> dict | None:
-        raw = self.db.get(_IDENTITY)
-        return json.loads(raw) if raw is not None else None
+        raw = self.get(_IDENTITY)
+        try:
+            return json.loads(raw) if raw is not None else None
+        except ValueError as exc:
+            raise self._damaged(exc) from None
 
     def set_identity(self, identity: dict) -> None:
-        self.db.put(_IDENTITY, json.dumps(identity, sort_keys=True).encode(), self._write_options)
+        try:
+            self.db.put(_IDENTITY, json.dumps(identity, sort_keys=True).encode(), self._write_options)
+        except Exception as exc:  # noqa: BLE001
+            raise self._damaged(exc) from None
 
     def offsets(self) -> dict[tuple[str, int], int]:
         """Stored next offset per (source, partition)."""
@@ -125,7 +154,7 @@ class ViewStore:
         return found
 
     def counters(self) -> dict[str, int]:
-        values = self.db.get([_COUNTER + name.encode() for name in COUNTERS])
+        values = self.get_many([_COUNTER + name.encode() for name in COUNTERS])
         return {name: TS.unpack(v)[0] if v is not None else 0 for name, v in zip(COUNTERS, values)}
 
     # ------------------------------------------------------------------ writing
@@ -141,36 +170,64 @@ class ViewStore:
             batch.put(_offset_key(source, partition), TS.pack(offset))
         for name, value in counters.items():
             batch.put(_COUNTER + name.encode(), TS.pack(value))
-        self.db.write(batch, self._write_options)
+        try:
+            self.db.write(batch, self._write_options)
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain exceptions for corruption and I/O errors
+            raise self._damaged(exc) from None
 
     # ------------------------------------------------------------------ reading
     def get(self, key: bytes) -> bytes | None:
-        return self.db.get(key)
+        try:
+            return self.db.get(key)
+        except Exception as exc:  # noqa: BLE001 - e.g. "Corruption: block checksum mismatch"
+            raise self._damaged(exc) from None
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        return self.db.get(keys) if keys else []
+        try:
+            return self.db.get(keys) if keys else []
+        except Exception as exc:  # noqa: BLE001
+            raise self._damaged(exc) from None
 
     def scan(self, prefix: bytes, after: bytes | None = None):
-        """(key, value) of every key with ``prefix`` in key order, strictly after ``prefix + after``."""
-        iterator = self.db.iter()
-        iterator.seek(prefix + (after + b"\x00" if after is not None else b""))
+        """(key, value) of every key with ``prefix`` in key order, strictly after ``prefix + after``;
+        :class:`StoreDamaged` when a damaged block ends the walk (never a silently short one)."""
+        try:
+            iterator = self.db.iter()
+            iterator.seek(prefix + (after + b"\x00" if after is not None else b""))
+        except Exception as exc:  # noqa: BLE001
+            raise self._damaged(exc) from None
         while iterator.valid():
             key = iterator.key()
             if not key.startswith(prefix):
                 return
             yield key, iterator.value()
             iterator.next()
+        try:
+            iterator.status()  # an iterator stopped by an error is merely "not valid": ask why
+        except Exception as exc:  # noqa: BLE001
+            raise self._damaged(exc) from None
 
-    def clear(self) -> None:
-        """Delete every value, offset and counter (one atomic range delete); the identity stays."""
+    def clear(self, identity: dict | None = None) -> None:
+        """Delete every value, offset and counter in one atomic write, which also records
+        ``identity`` when given (else the identity stays)."""
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"", _IDENTITY)
         batch.delete_range(_IDENTITY + b"\x00", b"\xff")
-        self.db.write(batch, self._write_options)
-        self.db.compact_range(None, None)
+        if identity is not None:
+            batch.put(_IDENTITY, json.dumps(identity, sort_keys=True).encode())
+        try:
+            self.db.write(batch, self._write_options)
+            self.db.compact_range(None, None)
+        except Exception as exc:  # noqa: BLE001
+            raise self._damaged(exc) from None
 
     def close(self) -> None:
         self.db.close()
+
+
+def view_identity(topics: dict) -> dict:
+    """What a store records of where it was built from: the format and the topic of each source."""
+    return {"format": FORMAT, "topics": {source.value: topic for source, topic in topics.items()}}
 
 
 def open_store(path: Path, cache_mb: int, identity: dict) -> Opened:
@@ -182,15 +239,31 @@ def open_store(path: Path, cache_mb: int, identity: dict) -> Opened:
         return Opened(ViewStore(path, cache_mb), None)
     if path.exists() and any(path.iterdir()):
         if reason.startswith("store unreadable"):
-            aside = path.with_name(f"{path.name}.corrupt")  # the latest corrupt store only
-            shutil.rmtree(aside, ignore_errors=True)
-            shutil.copytree(path, aside)
-            log.warning("view store %s: %s; copied to %s, rebuilding from the topics", path, reason, aside)
+            _set_aside(path, reason)
         else:
             log.warning("view store %s: %s; rebuilding from the topics", path, reason)
         _empty(path)
     else:
         log.info("view store %s: %s; building it from the topics", path, reason)
+    return Opened(_create(path, cache_mb, identity), reason)
+
+
+def replace_damaged(store: ViewStore, identity: dict) -> ViewStore:
+    """Close a store found damaged, keep a copy at ``<path>.corrupt``, and open an empty one in its place."""
+    store.close()
+    _set_aside(store.path, f"damaged ({store.damage})")
+    _empty(store.path)
+    return _create(store.path, store.cache_mb, identity)
+
+
+def _set_aside(path: Path, reason: str) -> None:
+    aside = path.with_name(f"{path.name}.corrupt")  # the latest corrupt store only
+    shutil.rmtree(aside, ignore_errors=True)
+    shutil.copytree(path, aside)
+    log.warning("view store %s: %s; copied to %s, rebuilding from the topics", path, reason, aside)
+
+
+def _create(path: Path, cache_mb: int, identity: dict) -> ViewStore:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         store = ViewStore(path, cache_mb)
@@ -200,7 +273,7 @@ def open_store(path: Path, cache_mb: int, identity: dict) -> Opened:
             "set STREAMSTATE_API_STORE_PATH to a writable directory"
         ) from None
     store.set_identity(identity)
-    return Opened(store, reason)
+    return store
 
 
 def _empty(path: Path) -> None:

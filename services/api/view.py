@@ -50,6 +50,7 @@ from streamstate.api.store import (
     TS,
     ViewStore,
     key_bytes,
+    replace_damaged,
     key_text,
 )
 
@@ -112,12 +113,31 @@ class StateView:
         identity = self._store.identity() or {}
         self._store.set_identity({**identity, "topic_ids": {**identity.get("topic_ids", {}), **ids}})
 
-    def reset(self) -> None:
-        """Forget everything (a store built from topics that have since been recreated)."""
+    def reset(self, topic_ids: dict[str, str] | None = None) -> None:
+        """Forget everything (a store built from topics that have since been recreated); with
+        ``topic_ids``, record them in the same atomic write, so a kill cannot leave new ids on
+        an old view (it would then be served, and resumed at the old topic's offsets)."""
         with self._write_lock:
-            self._store.clear()
+            identity = None if topic_ids is None else {**(self._store.identity() or {}), "topic_ids": topic_ids}
+            self._store.clear(identity)
             with self._lock:
                 self._load()
+
+    @property
+    def damage(self) -> str | None:
+        """Why the store cannot be trusted (a read or write failed on it), else None."""
+        return self._store.damage
+
+    def replace_damaged_store(self, identity: dict) -> None:
+        """Swap a damaged store for an empty one (a copy kept at ``<path>.corrupt``); the
+        follower then rebuilds it from the topics. Called where no read is under way."""
+        with self._write_lock:
+            self._store = replace_damaged(self._store, identity)
+            with self._lock:
+                self._load()
+
+    def close(self) -> None:
+        self._store.close()
 
     # ------------------------------------------------------------------ writing
     def track(self, source: Source, partitions: Iterable[int]) -> None:

@@ -318,6 +318,26 @@ def test_reset_forgets_values_and_offsets():
     assert view.positions(Source.SESSIONS) == {}
 
 
+def test_a_reset_for_recreated_topics_clears_and_records_the_new_ids_in_one_write(tmp_path):
+    """Killed right after the reset, the directory holds no old view under the new ids (which
+    would be served, and resumed at the deleted topic's offsets): a kill leaves the files as
+    they are, so a copy taken before closing is what a restart would open."""
+    path = tmp_path / "store"
+    view = new_view(max_alerts=3, path=path)
+    view.remember_topic_ids({"s": "old-id"})
+    put_sessions(view, session_snapshot("a"))
+    view.reset({"s": "new-id"})
+    shutil.copytree(path, tmp_path / "killed")
+    opened = open_store(tmp_path / "killed", 8, IDENTITY)
+    try:
+        again = StateView(opened.store, 3)
+        assert opened.rebuild_reason is None
+        assert again.empty and again.session("a")[0] is None and again.positions(Source.SESSIONS) == {}
+        assert again.topic_ids() == {"s": "new-id"}
+    finally:
+        opened.store.close()
+
+
 def test_an_unreadable_or_foreign_store_is_set_aside_and_rebuilt(tmp_path):
     path = tmp_path / "store"
     view = new_view(max_alerts=3, path=path)
