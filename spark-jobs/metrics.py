@@ -171,12 +171,12 @@ def _listener_base() -> type:
 class JobMetrics:
     """The Prometheus metrics of one Spark job, served from the driver.
 
-    ``JobMetrics(job="sessions", port=9101)`` starts an HTTP server on ``0.0.0.0:port``
-    (``port=0``: no server, e.g. in tests that read :attr:`registry` directly).
+    ``JobMetrics(job="sessions", port=9101)`` starts an HTTP server on ``host:port``
+    (loopback unless ``metrics_host`` says otherwise; ``port=0``: no server, e.g. in tests that read :attr:`registry` directly).
     Call :meth:`attach` with the SparkSession before starting the queries.
     """
 
-    def __init__(self, job: str, port: int = 0, registry: CollectorRegistry | None = None):
+    def __init__(self, job: str, port: int = 0, registry: CollectorRegistry | None = None, host: str = "127.0.0.1"):
         self.job = job
         self.registry = registry or CollectorRegistry()
         self._lock = threading.Lock()
@@ -257,7 +257,7 @@ class JobMetrics:
         self.port = port
         self._server = None
         if port:
-            self._server, _thread = start_http_server(port, addr="0.0.0.0", registry=self.registry)
+            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
 
     # -- listener side ------------------------------------------------------------------
     def record_progress(self, progress: Mapping[str, Any]) -> None:

@@ -228,7 +228,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
 
     checkpoint = args.checkpoint or settings.checkpoint(spec.name)
     spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
-    metrics = JobMetrics(job=spec.name, port=spec.port(settings))
+    metrics = JobMetrics(job=spec.name, port=spec.port(settings), host=settings.metrics_host)
     metrics.attach(spark)
     stop_requested = threading.Event()
 

@@ -101,11 +101,16 @@ def show_config(args: argparse.Namespace, settings: Settings) -> int:
             shown = masked_json(value)
         rows.append((f"STREAMSTATE_{name.upper()}", shown, field.description or ""))
     if args.markdown:
-        print("\n".join(["| " + " | ".join(rows[0]) + " |", "|---|---|---|"] + [f"| `{a}` | `{b}` | {c} |" for a, b, c in rows[1:]]))
+        print("\n".join(["| " + " | ".join(rows[0]) + " |", "|---|---|---|"] + [f"| `{a}` | `{b}` | {_cell(c)} |" for a, b, c in rows[1:]]))
     else:
         for env, value, _ in rows:
             print(f"{env}={value}")
     return 0
+
+
+def _cell(text: str) -> str:
+    """Markdown table cell text: a ``|`` (as in ``|z|``) would end the cell."""
+    return text.replace("|", "\\|")
 
 
 def list_jobs(args: argparse.Namespace, settings: Settings) -> int:

@@ -182,7 +182,7 @@ class Settings(BaseSettings):
     api_token: str | None = Field(
         None,
         description="Bearer token the API's data endpoints require (Authorization: Bearer <token>); unset: no "
-        "token. /healthz, /readyz and /metrics stay open.",
+        "token. /healthz and /readyz stay open, and /metrics too unless it publishes series ids.",
         json_schema_extra={"secret": True},
     )
     api_max_connections: int = Field(
@@ -191,8 +191,19 @@ class Settings(BaseSettings):
     api_max_streams: int = Field(
         100, ge=1, description="Concurrent /alerts/stream clients; beyond, new streams get 429."
     )
+    api_request_head_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a connection has to send a request's line and headers, from connecting or "
+        "from its previous response; beyond, it is closed (idle or slow sockets cannot hold the connection limit)."
+    )
+    api_metrics_series_ids: bool = Field(
+        False, description="Publish streamstate_series_zscore{series_id} for the series with |z| above "
+        "anomaly_threshold (the 200 largest); /metrics then requires api_token when one is set."
+    )
 
     # --- Metrics ---------------------------------------------------------------
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address the jobs' /metrics servers bind (compose: 0.0.0.0, inside its network)."
+    )
     sessions_metrics_port: int = Field(9101, ge=0, le=65535, description="Sessions job /metrics port.")
     anomalies_metrics_port: int = Field(9102, ge=0, le=65535, description="Anomalies job /metrics port.")
     prometheus_port: int = Field(9090, ge=0, le=65535, description="Embedded Prometheus port.")

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streamstate.api.app import create_app
     from streamstate.api.store import StoreUnavailable
+    from streamstate.api.timeouts import head_timeout_protocol
 
     try:
         app = create_app(settings)
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"streamstate-api: {exc}")
     # No access log: at thousands of requests a second it would cost more than the requests; /metrics counts them.
     uvicorn.run(
-        app, host=settings.api_host, port=settings.api_port, loop="uvloop", http="httptools",
+        app, host=settings.api_host, port=settings.api_port, loop="uvloop",
+        http=head_timeout_protocol(settings.api_request_head_timeout_s),
         limit_concurrency=settings.api_max_connections, access_log=False, log_level="info",
     )
 

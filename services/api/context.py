@@ -35,8 +35,8 @@ class ApiContext:
     def build(cls, settings: Settings) -> "ApiContext":
         topics = source_topics(settings)
         opened = open_store(settings.api_store_path, settings.api_store_cache_mb, view_identity(topics))
-        view = StateView(opened.store, settings.api_max_alerts)
-        metrics = ApiMetrics(view)
+        view = StateView(opened.store, settings.api_max_alerts, settings.anomaly_threshold)
+        metrics = ApiMetrics(view, settings.api_metrics_series_ids)
         broadcaster = AlertBroadcaster()
         follower = ViewFollower(settings, view, metrics, broadcaster, opened.rebuild_reason)
         responder = Responder(topics, follower.is_ready)

@@ -14,8 +14,11 @@ plainly valid is answered here: a known path, a GET, the bearer token when one i
 and for the listing only ``limit`` (digits, 1-1,000), ``active`` (``true``/``false``) and a
 well-formed ``cursor``, each at most once. Anything else (a 404, a bad or extra parameter,
 a missing token, another route) goes on to FastAPI unchanged, which answers it with its
-validation and error messages, so the two ways in cannot disagree on an error. Requests
-answered here are counted in the same request metrics with the same route labels.
+validation and error messages, so the two ways in cannot disagree on an error. So does a
+request whose answer raises here (a damaged store: the routes' 503): every error comes from
+the routes and is counted by the metrics middleware. Requests answered here are counted in
+the same request metrics with the same route labels. Ids are the rest of the path, ``/``
+included, as the routes take them.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from streamstate.api.context import ApiContext
 from streamstate.api.cursor import CURSOR_PATTERN, decode_cursor
 from streamstate.api.routes.series import series_body
 from streamstate.api.routes.sessions import DEFAULT_LIMIT, MAX_LIMIT, page_body, session_body
-from streamstate.api.store import StoreDamaged
 
 _CURSOR = re.compile(CURSOR_PATTERN)
 _HEADERS = [(b"content-type", b"application/json")]
@@ -55,8 +57,8 @@ class FastPath:
             started = time.perf_counter()
             try:
                 answer = self._answer(scope["path"], scope["query_string"])
-            except StoreDamaged:
-                answer = None  # the route answers it (503), counted by the metrics middleware
+            except Exception:  # noqa: BLE001 - the routes answer it (a damaged store: 503), and it is counted
+                answer = None
             if answer is not None:
                 route, body = answer
                 await send({"type": "http.response.start", "status": 200, "headers": [*_HEADERS, (b"content-length", b"%d" % len(body))]})
@@ -79,12 +81,12 @@ class FastPath:
         api = self.context
         if path.startswith("/sessions/"):
             user_id = path[len("/sessions/"):]
-            if user_id and "/" not in user_id and not query:
+            if user_id and not query:
                 body = session_body(api, user_id)
                 return None if body is None else (_SESSION_ROUTE, body)
         elif path.startswith("/series/"):
             series_id = path[len("/series/"):]
-            if series_id and "/" not in series_id and not query:
+            if series_id and not query:
                 body = series_body(api, series_id)
                 return None if body is None else (_SERIES_ROUTE, body)
         elif path == "/sessions":
@@ -104,7 +106,7 @@ def _listing_params(query: bytes) -> tuple[str | None, int, bool] | None:
                 return None
             seen.add(name)
             value = unquote_plus(value)
-            if name == "limit" and value.isdigit() and value.isascii() and 1 <= int(value) <= MAX_LIMIT:
+            if name == "limit" and value.isascii() and value.isdigit() and len(value) <= 4 and 1 <= int(value) <= MAX_LIMIT:
                 limit = int(value)
             elif name == "active" and value in ("true", "false"):
                 active = value == "true"

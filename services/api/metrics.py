@@ -1,12 +1,15 @@
 """The API's Prometheus metrics (names are a contract with the Grafana dashboards).
 
 Everything lives on a registry of its own, so several apps in one process (tests) never
-collide. View sizes and per-series z-scores are read from the view at scrape time by a
-custom collector, so the hot path of ingesting records does no metric bookkeeping.
+collide. View sizes and the extreme series are read from the view at scrape time by a
+custom collector; the view keeps both as it applies records, so a scrape scans nothing.
+Series ids are published only when the operator asks (``api_metrics_series_ids``): by
+default /metrics names no entity and stays open to scrapers that carry no token.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -20,12 +23,14 @@ from streamstate.api.view import StateView
 # The z-score panel shows the most extreme series; more series would only add cardinality.
 ZSCORE_SERIES_CAP = 200
 UNMATCHED_ROUTE = "<unmatched>"
+_CONVERTOR = re.compile(r":\w+}")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class _ViewCollector(Collector):
-    def __init__(self, view: StateView):
+    def __init__(self, view: StateView, series_ids: bool):
         self._view = view
+        self._series_ids = series_ids
 
     def collect(self) -> Iterator[Metric]:
         sizes = GaugeMetricFamily("streamstate_api_view_size", "Entries in the API's view.", labels=["view"])
@@ -38,20 +43,26 @@ class _ViewCollector(Collector):
         )
         stale.add_metric([], self._view.stale_records)
         yield stale
+        extremes = self._view.extreme_zscores()
+        yield GaugeMetricFamily(
+            "streamstate_series_extreme", "Series whose last |z| is above the anomaly threshold.", value=len(extremes)
+        )
         zscores = GaugeMetricFamily(
             "streamstate_series_zscore",
-            f"Last z-score of each series in the view (the {ZSCORE_SERIES_CAP} with the largest |z|).",
+            f"Last z-score of the series above the anomaly threshold (the {ZSCORE_SERIES_CAP} with the largest |z|; "
+            "published only with STREAMSTATE_API_METRICS_SERIES_IDS=true).",
             labels=["series_id"],
         )
-        for series_id, z in self._view.top_zscores(ZSCORE_SERIES_CAP):
-            zscores.add_metric([series_id], z)
+        if self._series_ids:
+            for series_id, z in extremes[:ZSCORE_SERIES_CAP]:
+                zscores.add_metric([series_id], z)
         yield zscores
 
 
 class ApiMetrics:
     """The API's metrics on their own registry; :meth:`render` gives the exposition text."""
 
-    def __init__(self, view: StateView):
+    def __init__(self, view: StateView, series_ids: bool = False):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -81,7 +92,7 @@ class ApiMetrics:
         self.catch_up_records = Gauge(
             "streamstate_api_catch_up_records", "Records consumed to catch up at start (a rebuild: the whole topics).", registry=r
         )
-        r.register(_ViewCollector(view))
+        r.register(_ViewCollector(view, series_ids))
         ProcessCollector(registry=r)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -111,7 +122,7 @@ class RequestMetricsMiddleware:
         responded = False
 
         def record(status: int) -> None:
-            route = getattr(scope.get("route"), "path", None) or UNMATCHED_ROUTE
+            route = _template(getattr(scope.get("route"), "path", None) or UNMATCHED_ROUTE)
             self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - started)
 
         async def timed_send(message: Message) -> None:
@@ -127,3 +138,8 @@ class RequestMetricsMiddleware:
             if not responded:
                 record(500)
             raise
+
+
+def _template(path: str) -> str:
+    """A route's template without convertors (``/sessions/{user_id:path}`` -> ``/sessions/{user_id}``)."""
+    return _CONVERTOR.sub("}", path) if ":" in path else path

@@ -165,15 +165,21 @@ def test_walk_is_stable_under_concurrent_inserts_and_removals(initial, inserted,
 
 
 # ------------------------------------------------------------------------ series
-def test_series_and_top_zscores():
-    view = new_view(max_alerts=10)
+def test_series_and_the_extreme_zscores_kept_as_records_apply(tmp_path):
+    view = new_view(max_alerts=10, path=tmp_path / "store")
     feed(
         view, Source.SERIES,
-        *[(s.series_id, s.to_json()) for s in (metric_snapshot("a", 1.0), metric_snapshot("b", -7.5), metric_snapshot("c", None))],
+        *[(s.series_id, s.to_json()) for s in (metric_snapshot("a", 1.0), metric_snapshot("b", -7.5),
+                                               metric_snapshot("c", None), metric_snapshot("d", 4.0))],
     )
     assert json.loads(view.series("b")[0].body)["last_anomaly"]["z"] == -7.5
-    assert view.top_zscores(1) == [("b", -7.5)]
-    assert view.top_zscores(5) == [("b", -7.5), ("a", 1.0)]
+    assert view.extreme_zscores() == [("b", -7.5), ("d", 4.0)]  # |z| above the threshold (3), largest first
+    assert view.extreme_zscores(1) == [("b", -7.5)]
+    feed(view, Source.SERIES, ("d", metric_snapshot("d", 2.0).to_json()))
+    assert view.extreme_zscores() == [("b", -7.5)]
+    close_stores()
+    view = new_view(max_alerts=10, path=tmp_path / "store")
+    assert view.extreme_zscores() == [("b", -7.5)], "a reopened store knows its extreme series"
     feed(view, Source.SERIES, ("b", None))
     assert view.series("b")[0] is None
 

@@ -1,13 +1,18 @@
 """Operations: liveness, readiness (with how far a rebuild is) and Prometheus metrics.
-Always open, also when the data endpoints require a token: probes and scrapers carry none."""
+Open also when the data endpoints require a token (probes and scrapers carry none), except
+/metrics when the operator has it publish series ids: then it names data, and asks for the
+token like the data endpoints."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from streamstate.api.deps import ContextDep
+from streamstate.api.deps import ContextDep, require_token
 from streamstate.api.models import Health, ReadinessReport
 
 router = APIRouter(tags=["operations"])
@@ -36,5 +41,10 @@ async def readyz(api: ContextDep) -> JSONResponse:
     response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Metrics."}},
 )
-async def prometheus_metrics(api: ContextDep) -> Response:
+async def prometheus_metrics(
+    api: ContextDep, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+) -> Response:
+    if api.settings.api_metrics_series_ids:
+        scheme, _, token = (authorization or "").partition(" ")
+        await require_token(api, HTTPAuthorizationCredentials(scheme=scheme, credentials=token) if scheme.lower() == "bearer" else None)
     return Response(api.metrics.render(), media_type=CONTENT_TYPE_LATEST)

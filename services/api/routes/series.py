@@ -26,7 +26,7 @@ def series_body(api: ApiContext, series_id: str) -> bytes | None:
 
 
 @router.get(
-    "/series/{series_id}",
+    "/series/{series_id:path}",
     response_model=SeriesResponse,
     summary="A series' rolling statistics and last anomaly.",
     responses=NOT_FOUND,

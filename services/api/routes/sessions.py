@@ -42,7 +42,7 @@ def page_body(api: ApiContext, after: str | None, limit: int, active: bool) -> b
 
 
 @router.get(
-    "/sessions/{user_id}",
+    "/sessions/{user_id:path}",
     response_model=SessionResponse,
     summary="A user's open session and lifetime behaviour.",
     responses=NOT_FOUND,
