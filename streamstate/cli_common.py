@@ -70,7 +70,8 @@ def setting_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors) and errors():
         first = errors()[0]
-        return f"invalid setting {'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+        where = ".".join(str(part) for part in first["loc"])  # empty for a rule across settings
+        return f"invalid setting{' ' + where if where else ''}: {first['msg']}"
     return " ".join(str(exc).split())
 
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,8 @@ class Settings(BaseSettings):
     session_state_ttl_ms: int = Field(
         30 * 24 * 60 * 60 * 1000,
         ge=1,
-        description="A user idle this long (event time, nothing open or pending) is removed from state (tombstone).",
+        description="A user idle this long (event time, nothing open or pending) is removed from state (tombstone); "
+        "at least dedupe_retention_ms (checked at start).",
     )
     burst_page_views: int = Field(
         50, ge=1, description="Page views within burst_window_ms that raise a bot_burst alert."
@@ -217,6 +218,18 @@ class Settings(BaseSettings):
         from streamstate.kafka_clients import parse_options
 
         return parse_options(value)
+
+    @model_validator(mode="after")
+    def _ttl_outlives_dedupe(self) -> "Settings":
+        # A user removed before its event ids expire forgets them: a copy re-sent in between
+        # would be counted twice, silently.
+        if self.session_state_ttl_ms < self.dedupe_retention_ms:
+            raise ValueError(
+                f"session_state_ttl_ms ({self.session_state_ttl_ms}) is below dedupe_retention_ms "
+                f"({self.dedupe_retention_ms}): a user removed from state would forget event ids that are still "
+                "duplicates. Raise STREAMSTATE_SESSION_STATE_TTL_MS or lower STREAMSTATE_DEDUPE_RETENTION_MS"
+            )
+        return self
 
     def checkpoint(self, job: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{job}"

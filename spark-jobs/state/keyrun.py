@@ -256,8 +256,16 @@ class KeyRun:
         if error is not None:
             self._rollback(start)
             self.snapshot = _UNCHANGED
-            self.deadline = None
+            self.deadline = self.retry_deadline()
             self.rows.append(self.dead_letter(None, one_line(error)))
+
+    def retry_deadline(self) -> int | None:
+        """A timeout call that raised is tried again one timeout later (as if the key had idled
+        once more): dropping its timer would keep the key for ever."""
+        if self.plan.timeout_ms is None or self.committed is None:
+            return None
+        now = self.driver.state.watermark_ms if self.plan.event_time else self.driver.state.processing_time_ms
+        return now + self.plan.timeout_ms
 
     def snapshot_row(self) -> tuple | None:
         """The snapshot row of this batch, when the state changed (a null payload is a tombstone)."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from streamstate.jobs.rules.anomalies import AnomalyRule
 from streamstate.jobs.rules.sessions import SessionRule
 from streamstate.jobs.state import StateSpec
+from streamstate.cli_common import setting_error
 from streamstate.settings import Settings, defaults
 
 
@@ -41,3 +44,15 @@ def test_from_settings_takes_every_field_of_a_rule_from_the_settings():
             assert getattr(rule, field.name) != getattr(default, field.name), f"{type(rule).__name__}.{field.name} kept its default"
     assert SessionRule.from_settings(settings).idle_ttl_ms == 1_006
     assert AnomalyRule.from_settings(settings).threshold == 1_008.5
+
+
+def test_a_state_ttl_below_the_dedupe_retention_is_refused_at_start(monkeypatch):
+    """A user removed before its event ids expire would count a re-sent copy twice, silently."""
+    monkeypatch.setenv("STREAMSTATE_SESSION_STATE_TTL_MS", "1000")
+    monkeypatch.setenv("STREAMSTATE_DEDUPE_RETENTION_MS", "1001")
+    with pytest.raises(ValueError) as refused:
+        Settings()
+    message = setting_error(refused.value)
+    assert message.startswith("invalid setting: ") and "STREAMSTATE_SESSION_STATE_TTL_MS" in message, message
+    monkeypatch.setenv("STREAMSTATE_DEDUPE_RETENTION_MS", "1000")
+    assert Settings().session_state_ttl_ms == 1000

@@ -140,16 +140,20 @@ def fail_on_timeout(key, value, state):
     state.update(state.get_option(0) + 1)
 
 
-def test_a_timeout_call_that_raises_keeps_the_state_and_dead_letters_the_key():
+def test_a_timeout_call_that_raises_keeps_the_state_dead_letters_the_key_and_is_retried_a_timeout_later():
     run = StateTester(StateSpec.function(fail_on_timeout).timeout(10).event_time("t"))
     run.run_batch([("a", 1, 100)])
     run.run_batch([("b", 1, 200)])  # watermark 200 passes a's deadline 110
     assert by_key(run.rows)["a"][-1] == (DEAD_LETTER, None, "RuntimeError: cannot close")
-    assert run.store["a"] == StateCodec().encode(1) and "a" not in run.deadlines
+    assert run.store["a"] == StateCodec().encode(1) and run.deadlines["a"] == 210, "never forgotten: retried at 200 + 10"
+    run.run_batch([("b", 1, 205)])
+    assert [r for r in by_key(run.rows)["a"] if r[0] == DEAD_LETTER] == [(DEAD_LETTER, None, "RuntimeError: cannot close")]
+    run.run_batch([("b", 1, 215)])  # the watermark passes 210: tried again, and dead-lettered again
+    assert len([r for r in by_key(run.rows)["a"] if r[0] == DEAD_LETTER]) == 2 and run.deadlines["a"] == 225
 
     engine = KeyRun(Plan.of(StateSpec.function(fail_on_timeout).timeout(10).event_time("t")), "a", StateCodec().encode(1), 110, 200, 0)
     engine.apply_timeout()
-    assert engine.committed == StateCodec().encode(1) and engine.deadline is None and engine.snapshot_row() is None
+    assert engine.committed == StateCodec().encode(1) and engine.deadline == 210 and engine.snapshot_row() is None
     assert [r[0] for r in engine.rows] == [DEAD_LETTER]
 
 
