@@ -32,6 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
 from streamstate.job_registry import JobSpec, job_spec
 from streamstate.jobs.checkpoint_metadata import CheckpointError
+from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     TopicIdentity,
@@ -121,6 +122,8 @@ def start_query(
     identity = None
     if input_topics:
         identity = TopicIdentity(spark, checkpoint, settings, input_topics).check
+        for topic, reason in exposed_topics(settings, input_topics, int(time.time() * 1000)).items():
+            log.warning("input topic %s: %s", topic, reason)
     writer = (
         build(spark, settings)
         .writeStream.queryName(job)

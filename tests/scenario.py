@@ -23,7 +23,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from streamstate.contracts import Alert, ClosedSession, DeadLetter, MetricSnapshot, SessionSnapshot
 from streamstate.jobs.rules.reference import PipelineOutputs, SourceRecord, run_reference
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator, interleave
-from streamstate.settings import Settings
+from streamstate.settings import Settings, defaults
+from streamstate.topics import load_topics
 
 EVENTS = 2_500
 METRICS = 1_500
@@ -49,16 +50,18 @@ def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS, 
 
 
 def pipeline_topics(new_topic) -> dict[str, str]:
-    """Fresh input and output topics for one pipeline run, as Settings fields (``new_topic``: the fixture)."""
+    """Fresh input and output topics for one pipeline run, as Settings fields (``new_topic``: the fixture),
+    each with the configuration ``infra/kafka/topics.toml`` gives it."""
+    config = {spec.name: spec.config for spec in load_topics(defaults().topics_file)}
     return {
-        "topic_user_events": new_topic(4, "events"),
-        "topic_metrics": new_topic(4, "metrics"),
-        "topic_alerts": new_topic(2, "alerts"),
-        "topic_sessions": new_topic(2, "sessions"),
-        "topic_session_state": new_topic(2, "session-state"),
-        "topic_metric_state": new_topic(2, "metric-state"),
-        "topic_dead_letters": new_topic(1, "dead"),
-        "topic_event_counts": new_topic(1, "counts"),
+        "topic_user_events": new_topic(4, "events", config["user-events"]),
+        "topic_metrics": new_topic(4, "metrics", config["metrics"]),
+        "topic_alerts": new_topic(2, "alerts", config["alerts"]),
+        "topic_sessions": new_topic(2, "sessions", config["sessions"]),
+        "topic_session_state": new_topic(2, "session-state", config["session-state"]),
+        "topic_metric_state": new_topic(2, "metric-state", config["metric-state"]),
+        "topic_dead_letters": new_topic(1, "dead", config["dead-letters"]),
+        "topic_event_counts": new_topic(1, "counts", config["event-counts"]),
     }
 
 
