@@ -41,6 +41,7 @@ log = logging.getLogger("streamstate.api.follower")
 _BATCH = 5000
 _POLL_S = 0.2
 _LAG_REFRESH_S = 5.0
+_GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count grows meanwhile
 _PROGRESS_LOG_S = 5.0
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 
@@ -179,7 +180,7 @@ class ViewFollower(threading.Thread):
                 log.info("view follower: %s", self._progress(remaining))
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
-            next_lag_refresh = 0.0
+            next_lag_refresh = next_grave_pruning = 0.0
             decoder = Decoder.for_catch_up(self._progress_start[1] if self._progress_start and not self._caught_up else 0)
             try:
                 while not self._stopping.is_set():
@@ -204,10 +205,18 @@ class ViewFollower(threading.Thread):
                     if self._caught_up and time.monotonic() >= next_lag_refresh:
                         self._refresh_lag(consumer, partitions)
                         next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+                    if self._caught_up and time.monotonic() >= next_grave_pruning:
+                        self._prune_graves()
+                        next_grave_pruning = time.monotonic() + _GRAVE_PRUNING_S
             finally:
                 decoder.close()
         finally:
             consumer.close()
+
+    def _prune_graves(self) -> None:
+        pruned = self._view.prune_graves(self._settings.api_grave_retention_ms)
+        if pruned:
+            log.info("view follower: forgot %d deleted keys older than the grave retention; %d kept", pruned, self._view.graves())
 
     # ------------------------------------------------------------------ start-up
     def _config(self) -> dict:

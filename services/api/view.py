@@ -78,6 +78,8 @@ class StateView:
         # Series whose last |z| is above the threshold, kept as records are applied: /metrics
         # reads them without scanning every series (342 ms at 200,000 series, on the event loop).
         self._extremes: dict[str, float] = {}
+        # The newest snapshot time applied per source since start: graves far behind it go.
+        self._newest_ts: dict[Source, int] = {}
         self._write_lock = threading.Lock()  # one batch at a time (the follower; tests call apply too)
         self._lock = threading.Lock()  # the alert log and the published positions
         self.stale_records = 0
@@ -171,6 +173,8 @@ class StateView:
             alerts: list[Record] = []
             z_changes: dict[str, float | None] = {}
             for source, partition, offset, record in batch:
+                if record is not None and not isinstance(record, Tombstone) and source is not Source.ALERTS:
+                    self._newest_ts[source] = max(self._newest_ts.get(source, record.ts), record.ts)
                 if record is not None:
                     if source is Source.SESSIONS:
                         self._apply_session(record, current, puts, counters)
@@ -319,6 +323,32 @@ class StateView:
             del self._alerts[alert_id]
             evicted.append(alert_id)
         return evicted
+
+    def prune_graves(self, retention_ms: int) -> int:
+        """Delete the graves of keys deleted more than ``retention_ms`` (event time) before the
+        newest snapshot applied since start; returns how many. A grave refuses an older snapshot
+        arriving after the deletion (a job's replay can write one); one that old cannot come."""
+        with self._write_lock:
+            if not self._counters["graves"]:
+                return 0
+            puts: dict[bytes, bytes | None] = {}
+            for prefix, source in ((SESSION_GRAVE, Source.SESSIONS), (SERIES_GRAVE, Source.SERIES)):
+                newest = self._newest_ts.get(source)
+                if newest is None:
+                    continue
+                for key, value in self._store.scan(prefix):
+                    if TS.unpack(value)[0] < newest - retention_ms:
+                        puts[key] = None
+            if not puts:
+                return 0
+            counters = {**self._counters, "graves": self._counters["graves"] - len(puts)}
+            self._store.write(puts, {}, counters)
+            with self._lock:
+                self._counters = counters
+            return len(puts)
+
+    def graves(self) -> int:
+        return self._counters["graves"]
 
     # ------------------------------------------------------------------ reading
     def positions(self, source: Source) -> dict[int, int]:

@@ -287,6 +287,23 @@ def test_a_tombstone_deletes_and_an_older_copy_arriving_later_stays_deleted():
     assert walk(view, 10) == ["u1"] and view.sizes()["sessions"] == 1
 
 
+def test_graves_are_forgotten_once_the_newest_snapshot_is_past_their_retention():
+    view = new_view(max_alerts=3)
+    feed(view, Source.SESSIONS, *[(u, session_snapshot(u, ts=1_000).to_json()) for u in ("old", "recent")])
+    feed(view, Source.SESSIONS, ("old", None))
+    feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=5_000).to_json()), ("recent", None))
+    feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 1.0).to_json()), ("cpu", None))  # ts 5
+    assert view.graves() == 3
+    feed(view, Source.SESSIONS, ("other", session_snapshot("other", ts=11_000).to_json()))
+    assert view.prune_graves(retention_ms=6_000) == 1, "old's grave (1,000) is behind 11,000 - 6,000; recent's (5,000) is not"
+    assert view.graves() == 2 and view.sizes()["sessions"] == 1
+    feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=4_000).to_json()))
+    assert view.session("recent")[0] is None, "a kept grave still refuses an older copy"
+    feed(view, Source.SESSIONS, ("old", session_snapshot("old", ts=900).to_json()))
+    assert view.session("old")[0].ts == 900, "a forgotten key takes any snapshot again"
+    assert view.prune_graves(retention_ms=6_000) == 0, "the series' grave waits for a newer series snapshot"
+
+
 def test_series_follow_the_same_event_time_rule():
     view = new_view(max_alerts=3)
     newer = metric_snapshot("cpu", 2.0).model_copy(update={"ts": 50})
