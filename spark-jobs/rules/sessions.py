@@ -17,7 +17,11 @@ Input rules, each decided per event and independent of batching:
 - De-duplication: an event whose ``event_id`` this user already had within
   ``dedupe_retention_ms`` of event time (the original's event time plus the retention is
   still ahead of the watermark) is a duplicate, whatever its ``ts``: it is dropped and
-  counted. Ids are remembered as 64-bit hashes, so a hostile id costs 16 bytes of state.
+  counted. Ids are remembered as 128-bit hashes (BLAKE2b), so a hostile id costs 24 bytes of
+  state, and two ids of one user within the retention collide with odds of about n^2 / 2^129
+  for n ids: never in practice, and not by design either (finding a second id with a given
+  hash is a 2^128 search). States written with the earlier 64-bit hashes are read as they are:
+  their ids are checked in both forms until the retention has let the old ones go.
 - Lateness: an event at or behind the watermark when it arrives (and not a duplicate) is
   *rejected*: the events around it are already folded, so folding it now would make the
   outcome depend on batch cuts. The job dead-letters it with the watermark in the reason.
@@ -88,11 +92,19 @@ def new_state() -> dict[str, Any]:
         "ts": None,  # latest event time seen, settled or not
         "seen": {},  # hash of each accepted event_id -> its event time, for dedupe_retention_ms
         "seen_floor": None,  # the oldest event time in "seen" (None: empty), so pruning is O(1) until due
+        "seen_bits": ID_HASH_BITS,  # absent in a state that may still hold 64-bit hashes
     }
 
 
+ID_HASH_BITS = 128
+
+
 def id_hash(event_id: str) -> bytes:
-    """64 bits of the id: what de-duplication remembers (ids may be up to 1,024 characters)."""
+    """128 bits of the id: what de-duplication remembers (ids may be up to 1,024 characters)."""
+    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=ID_HASH_BITS // 8).digest()
+
+
+def _legacy_id_hash(event_id: str) -> bytes:
     return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
@@ -140,11 +152,12 @@ def admit(state: dict[str, Any], events: Iterable[Event], watermark_ms: int | No
     """
     admitted = Admitted()
     seen = state["seen"]
+    legacy = state.get("seen_bits") != ID_HASH_BITS
     for event in events:
         ts, event_id, event_type, amount = event[:4]
         source = event[4] if len(event) > 4 else None
         hashed = id_hash(event_id)
-        if hashed in seen:
+        if hashed in seen or (legacy and _legacy_id_hash(event_id) in seen):
             admitted.duplicates += 1
         elif watermark_ms is not None and ts <= watermark_ms:
             pending = [ts, event_id, event_type, amount, None if source is None else list(source)]
@@ -194,6 +207,8 @@ def _forget_old_ids(state: dict[str, Any], watermark_ms: int, rule: SessionRule)
     kept = {h: ts for h, ts in state["seen"].items() if ts >= horizon}
     state["seen"] = kept
     state["seen_floor"] = min(kept.values()) if kept else None
+    if state.get("seen_bits") != ID_HASH_BITS and all(len(h) == ID_HASH_BITS // 8 for h in kept):
+        state["seen_bits"] = ID_HASH_BITS  # the last 64-bit hash has gone
 
 
 def next_deadline(state: dict[str, Any], rule: SessionRule) -> int | None:
@@ -355,6 +370,7 @@ def _preview(state: dict[str, Any]) -> dict[str, Any]:
         "ts": state["ts"],
         "seen": {},
         "seen_floor": None,
+        "seen_bits": ID_HASH_BITS,
     }
 
 

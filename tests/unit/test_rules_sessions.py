@@ -283,3 +283,21 @@ def test_the_published_snapshot_json_is_the_validated_snapshot(events, seed):
 def _floats_plain(text: str) -> str:
     """Every float literal in Python's spelling (the same rewrite on both sides, strings included)."""
     return re.sub(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", lambda m: m[0] if m[0].lstrip("-").isdigit() else repr(float(m[0])), text)
+
+
+def test_ids_are_remembered_as_128_bit_hashes_and_a_64_bit_state_still_finds_its_duplicates():
+    import hashlib
+
+    state = sessions.new_state()
+    sessions.admit(state, [(1_000, "e1", "click", None)], None)
+    assert [len(h) for h in state["seen"]] == [16]
+    # A state saved by the 64-bit version: no marker, an 8-byte hash.
+    legacy = sessions.new_state()
+    del legacy["seen_bits"]
+    legacy["seen"] = {hashlib.blake2b(b"old", digest_size=8).digest(): 1_000}
+    legacy["seen_floor"] = 1_000
+    admitted = sessions.admit(legacy, [(2_000, "old", "click", None), (2_000, "new", "click", None)], None)
+    assert (admitted.duplicates, admitted.accepted) == (1, 1), "the re-sent id is found by its 64-bit hash"
+    rule = sessions.SessionRule(gap_ms=RULE.gap_ms, dedupe_retention_ms=500)
+    sessions.settle(legacy, "u", 1_600, rule)  # the 64-bit entry (1,000) leaves the retention
+    assert legacy["seen_bits"] == 128 and all(len(h) == 16 for h in legacy["seen"])
