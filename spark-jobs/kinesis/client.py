@@ -3,12 +3,16 @@
 Shard iterators expire five minutes after they are issued (``ExpiredIteratorException``);
 :class:`ShardCursor` then asks for a new one at the position it has reached, so a slow batch
 or a long pause between triggers costs one extra call, never a record.
+
+:meth:`StreamClient.created_ms` reads the stream's creation time, which tells a recreated
+stream from the one a checkpoint read (:mod:`streamstate.jobs.kinesis.identity`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from streamstate.jobs.kinesis.identity import epoch_ms
 from streamstate.jobs.kinesis.offsets import ShardPosition
 from streamstate.jobs.kinesis.options import KinesisOptions
 from streamstate.jobs.kinesis.planning import Shard
@@ -39,10 +43,22 @@ class StreamClient:
                 if not token:
                     return shards
         except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                where = self.options.endpoint_url or f"AWS {self.options.region}"
-                raise KinesisSourceError(f"Kinesis stream {self.stream!r} does not exist at {where}; create it first") from None
+            self._raise_if_missing(exc)
             raise
+
+    def created_ms(self) -> int:
+        """When the stream was created (epoch ms), from DescribeStreamSummary."""
+        try:
+            summary = self.call("DescribeStreamSummary", "describe_stream_summary", StreamName=self.stream)
+        except Exception as exc:
+            self._raise_if_missing(exc)
+            raise
+        return epoch_ms(summary["StreamDescriptionSummary"]["StreamCreationTimestamp"])
+
+    def _raise_if_missing(self, exc: Exception) -> None:
+        if error_code(exc) == "ResourceNotFoundException":
+            where = self.options.endpoint_url or f"AWS {self.options.region}"
+            raise KinesisSourceError(f"Kinesis stream {self.stream!r} does not exist at {where}; create it first") from None
 
     def iterator(self, shard_id: str, position: ShardPosition) -> str:
         return self.call(

@@ -13,10 +13,16 @@ records). Next to it:
 - ``done``: the shard is closed (split or merged) and was read to its end; its children may
   be read from the next batch on.
 
+Next to the shards, ``created``: when the stream the positions belong to was created (epoch
+ms), which tells it from a stream deleted and created again under the same name
+(:mod:`~streamstate.jobs.kinesis.identity`). Offsets checkpointed before it was recorded have
+none; they are read as they are, and the next batch's offsets carry it.
+
 JSON form (Spark compares offsets by their JSON text, so the order is fixed)::
 
-    {"stream": "user-events", "shards": {"shardId-000000000000": {"n": 12, "after": "4968..."},
-                                         "shardId-000000000002": {"n": 0, "at": 1795000000000}}}
+    {"stream": "user-events", "created": 1794000000000,
+     "shards": {"shardId-000000000000": {"n": 12, "after": "4968..."},
+                "shardId-000000000002": {"n": 0, "at": 1795000000000}}}
 """
 
 from __future__ import annotations
@@ -80,8 +86,12 @@ def shard_order(shard_id: str) -> tuple[int, str]:
     return (int(match.group(1)) if match else INT_MAX + 1, shard_id)
 
 
-def offsets_to_json(stream: str, positions: Mapping[str, ShardPosition]) -> dict[str, object]:
-    return {"stream": stream, "shards": {s: positions[s].to_json() for s in sorted(positions, key=shard_order)}}
+def offsets_to_json(stream: str, positions: Mapping[str, ShardPosition], created_ms: int | None = None) -> dict[str, object]:
+    data: dict[str, object] = {"stream": stream}
+    if created_ms is not None:
+        data["created"] = created_ms
+    data["shards"] = {s: positions[s].to_json() for s in sorted(positions, key=shard_order)}
+    return data
 
 
 def offsets_from_json(data: Mapping[str, object], stream: str) -> StreamPositions:
@@ -91,6 +101,15 @@ def offsets_from_json(data: Mapping[str, object], stream: str) -> StreamPosition
     if data.get("stream") != stream:
         raise ValueError(f"the checkpoint holds offsets of stream {data.get('stream')!r}, not {stream!r}: use a new checkpoint")
     return {str(s): ShardPosition.from_json(p, f"offset of {stream}/{s}") for s, p in data["shards"].items()}
+
+
+def created_from_json(data: Mapping[str, object]) -> int | None:
+    """The stream's creation time (epoch ms) the offsets were read from; None in offsets from
+    before it was recorded."""
+    created = data.get("created")
+    if created is not None and (isinstance(created, bool) or not isinstance(created, int) or created < 0):
+        raise ValueError(f"the Kinesis offsets' created must be epoch milliseconds, got {created!r}")
+    return created
 
 
 def shard_index(shard_id: str) -> int:

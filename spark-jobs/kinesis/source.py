@@ -12,6 +12,11 @@ So every batch, replays after a crash included, holds exactly the same records w
 ordinals, and state checkpointed with it is exactly-once. The price is that every record is
 fetched twice, once by the driver and once by an executor (see README, "Kinesis source").
 
+The offsets also carry the stream's creation time, and before planning each batch the driver
+compares it with the stream's: a stream deleted and created again under the checkpoint has
+the same shard ids, and the comparison stops the query with a source reset before any old
+position is used on the new stream (:mod:`~streamstate.jobs.kinesis.identity`).
+
 As in the Kafka reader, PySpark 4.1 gives ``latestOffset`` no start offset: the reader keeps
 the end of the last planned batch, restored on restart from the ``partitions`` call the engine
 makes with the checkpointed offsets; ``Trigger.AvailableNow`` runs one batch.
@@ -28,9 +33,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from streamstate.jobs.kinesis.client import ShardCursor, StreamClient
+from streamstate.jobs.kinesis.identity import check_same_stream
 from streamstate.jobs.kinesis.offsets import (
     ShardPosition,
     StreamPositions,
+    created_from_json,
     offsets_from_json,
     offsets_to_json,
     shard_index,
@@ -67,12 +74,13 @@ class KinesisStreamReader(DataSourceStreamReader):
     def __init__(self, options: KinesisOptions) -> None:
         self.options = options
         self._cursor: StreamPositions | None = None
+        self._created: int | None = None  # creation time (epoch ms) of the stream _cursor was read from
         self._client: StreamClient | None = None
         self._cursors: dict[str, ShardCursor] = {}  # the driver's open iterators, by shard
 
     def __getstate__(self) -> dict:
         # The reader is pickled into executor tasks: clients and planning state stay behind.
-        return {"options": self.options, "_cursor": None, "_client": None, "_cursors": {}}
+        return {"options": self.options, "_cursor": None, "_created": None, "_client": None, "_cursors": {}}
 
     @property
     def client(self) -> StreamClient:
@@ -90,12 +98,14 @@ class KinesisStreamReader(DataSourceStreamReader):
             # LATEST is pinned as "arrived from now on", so a replay of the first batch reads the same records.
             start = ShardPosition(at_ms=o.starting_timestamp_ms if o.starting_position == "AT_TIMESTAMP" else int(time.time() * 1000))
         self._cursor = {s.shard_id: start for s in listed}
-        return offsets_to_json(o.stream, self._cursor)
+        self._created = self.client.created_ms()
+        return offsets_to_json(o.stream, self._cursor, self._created)
 
     def latestOffset(self) -> dict:
         if self._cursor is None:
             self.initialOffset()
         assert self._cursor is not None
+        self._check_same_stream()
         listed = self.client.list_shards()
         plan = reconcile(listed, self._cursor, ShardPosition())
         if plan.lost:
@@ -112,7 +122,13 @@ class KinesisStreamReader(DataSourceStreamReader):
 
         read_in_shares(readable(listed, positions), self.options.max_records_per_trigger, fetch)
         self._cursor = positions
-        return offsets_to_json(self.options.stream, positions)
+        return offsets_to_json(self.options.stream, positions, self._created)
+
+    def _check_same_stream(self) -> None:
+        """Raise SourceResetError if the stream was recreated since ``_cursor`` was read from it."""
+        current = self.client.created_ms()
+        check_same_stream(self.options.stream, self._created, current)
+        self._created = current  # adopted when the offsets had none (a checkpoint from before)
 
     def _driver_cursor(self, shard_id: str, position: ShardPosition) -> ShardCursor:
         cursor = self._cursors.get(shard_id)
@@ -125,6 +141,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         begin = offsets_from_json(start, self.options.stream)
         finish = offsets_from_json(end, self.options.stream)
         self._cursor = finish
+        self._created = created_from_json(end)
         ranges = []
         for shard_id in sorted(finish, key=shard_order):
             first, last = begin.get(shard_id, ShardPosition()), finish[shard_id]
