@@ -277,7 +277,12 @@ def _create(path: Path, cache_mb: int, identity: dict) -> ViewStore:
 
 
 def _empty(path: Path) -> None:
-    """Remove what a directory holds, not the directory: it may be a mounted volume."""
+    """Remove what a directory holds, not the directory: it may be a mounted volume. CURRENT
+    goes first: without it the rest is no store RocksDB opens, so a kill part-way leaves a
+    directory the next start rebuilds, never a store missing some of its files."""
+    current = path / "CURRENT"
+    if current.exists():
+        current.unlink()
     for child in path.iterdir():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.api.store import SESSION, StoreDamaged, open_store
+from streamstate.api import store as store_module
+from streamstate.api.store import SESSION, StoreDamaged, ViewStore, open_store
 from tests.api_builders import session_snapshot
 from tests.integration.api_harness import ApiProcess, make_topics, publish, wait_until
 from tests.reliability.damage import damages_of, garbage
@@ -159,3 +160,44 @@ def test_a_damaged_data_file_gives_503s_then_a_rebuild_and_the_same_answers(boot
     assert (store_path.parent / "api-store.corrupt").is_dir()
     api.stop()
     print(f"\ndamaged table file: answers before the rebuild {dict(answers)}; after it, all 20,000 sessions equal")
+
+
+def test_a_kill_at_any_step_of_a_rebuild_leaves_a_store_the_next_start_rebuilds(pristine, tmp_path, monkeypatch):
+    """A rebuild empties the directory file by file (it may be a mounted volume), then creates
+    the new store, then records its identity. Killed between any two of those steps, the next
+    start must find no store it would read as partly there: it rebuilds, or (before the first
+    step) reads the old one exactly. The kill is the product's own emptying stopped after
+    each file it removes."""
+    path = tmp_path / "view"
+    files = len(list(pristine.iterdir()))
+    outcomes = Counter()
+    real_unlink = Path.unlink
+    for allowed in range(files + 1):
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(pristine, path)
+        removed = []
+
+        def unlink(self, missing_ok=False, allowed=allowed, removed=removed):
+            if len(removed) == allowed:
+                raise _Killed
+            removed.append(self.name)
+            real_unlink(self, missing_ok)
+
+        monkeypatch.setattr(Path, "unlink", unlink)
+        try:
+            store_module._empty(path)
+        except _Killed:
+            pass
+        monkeypatch.setattr(Path, "unlink", real_unlink)
+        outcome = _outcome(path)
+        assert outcome == ("opened, equal up to its offsets" if allowed == 0 else "refused at open, rebuilt"), (removed, outcome)
+        outcomes[outcome] += 1
+    # Killed after the new store was created, before its identity was recorded.
+    shutil.rmtree(path)
+    ViewStore(path, 8).close()
+    assert _outcome(path) == "refused at open, rebuilt"
+    print(f"\nrebuild killed after each of its {files + 1} steps: {dict(outcomes)}; after creating, before the identity: rebuilt")
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs."""
