@@ -61,7 +61,9 @@ class CheckpointFiles:
         self._fs = self._path(self._root).getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
 
     def read(self, relative: str) -> str | None:
-        path = self._path(f"{self._root}/{relative}")
+        return self._read(self._path(f"{self._root}/{relative}"))
+
+    def _read(self, path) -> str | None:
         if not self._fs.exists(path):
             return None
         stream = self._fs.open(path)
@@ -85,7 +87,9 @@ class CheckpointFiles:
     def write(self, relative: str, text: str) -> None:
         """Atomically, through Spark's own CheckpointFileManager: a temporary file renamed into
         place (one PUT on S3), so a crash mid-write leaves the old content or the new, never a mix."""
-        path = self._path(f"{self._root}/{relative}")
+        self._write(self._path(f"{self._root}/{relative}"), text)
+
+    def _write(self, path, text: str) -> None:
         manager = self._jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
             path.getParent(), self._fs.getConf()
         )
@@ -133,11 +137,39 @@ class CheckpointFiles:
         return self._fs.exists(self._path(self._root))
 
     def move_aside(self, suffix: str) -> str:
-        """Rename the whole checkpoint to ``<checkpoint>.<suffix>``; returns the new location."""
+        """Rename the whole checkpoint to ``<checkpoint>.<suffix>``; returns the new location.
+
+        A rename is atomic on a local disk, but on S3 it is a copy and then a delete, and a kill
+        during the delete would leave part of the checkpoint in place, for the next start to read
+        as if it were whole. So a marker next to the checkpoint names the move while it runs, and
+        the next start finishes it (:meth:`finish_interrupted_move`) before reading anything."""
         target = f"{self._root}.{suffix}"
+        self._write(self._marker, target)
+        self._rename_root(target)
+        self._fs.delete(self._marker, False)
+        return target
+
+    def finish_interrupted_move(self) -> str | None:
+        """Finish a :meth:`move_aside` a kill interrupted; returns where the checkpoint went, or None
+        when no move was under way. Where the copy had begun (S3), what remains in place goes."""
+        target = self._read(self._marker)
+        if target is None:
+            return None
+        if self._fs.exists(self._path(self._root)):
+            if self._fs.exists(self._path(target)):
+                self._fs.delete(self._path(self._root), True)
+            else:
+                self._rename_root(target)
+        self._fs.delete(self._marker, False)
+        return target
+
+    @property
+    def _marker(self):
+        return self._path(f"{self._root}.moving-aside")
+
+    def _rename_root(self, target: str) -> None:
         if not self._fs.rename(self._path(self._root), self._path(target)):
             raise OSError(f"could not move checkpoint {self._root} to {target}")
-        return target
 
 
 def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | None:
@@ -150,6 +182,13 @@ def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | 
     # Line 1 is the log version ("v1"), line 2 the batch metadata, then one line per source.
     lines = text.splitlines()
     return json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else None
+
+
+def finish_interrupted_move(spark: SparkSession, checkpoint: str) -> None:
+    """Complete a start-over's move of ``checkpoint`` that a kill interrupted (see :meth:`CheckpointFiles.move_aside`)."""
+    moved = CheckpointFiles(spark, checkpoint).finish_interrupted_move()
+    if moved is not None:
+        log.warning("checkpoint %s: finished moving it to %s, which a kill had interrupted (starting over)", checkpoint, moved)
 
 
 def discard_unstarted_leftovers(spark: SparkSession, checkpoint: str) -> None:

@@ -39,6 +39,7 @@ from streamstate.jobs.checkpoints import (
     check_state_buckets,
     check_state_partitions,
     discard_unstarted_leftovers,
+    finish_interrupted_move,
 )
 from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
@@ -116,6 +117,7 @@ def start_query(
     """
     from streamstate.jobs.routing import batch_router
 
+    finish_interrupted_move(spark, checkpoint)
     discard_unstarted_leftovers(spark, checkpoint)
     check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
     check_state_buckets(spark, checkpoint, settings.state_buckets)
