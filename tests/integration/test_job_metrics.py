@@ -83,3 +83,32 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
             query.stop()
         spark.streams.removeListener(listener)
         metrics.close()
+
+
+def _outside_address() -> str | None:
+    """This machine's address on its default route (a UDP connect sends nothing); None offline."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_the_metrics_server_binds_loopback_unless_told_otherwise():
+    """The README says every server binds 127.0.0.1 unless configured (the jobs' bound 0.0.0.0)."""
+    import socket
+
+    outside = _outside_address()
+    port, everywhere = free_port(), free_port()
+    JobMetrics(job="bind-test", port=port)
+    JobMetrics(job="bind-test-all", port=everywhere, host="0.0.0.0")
+    for open_port in (port, everywhere):
+        socket.create_connection(("127.0.0.1", open_port), timeout=5).close()
+    if outside is not None:
+        socket.create_connection((outside, everywhere), timeout=5).close()  # the address reaches this machine
+        with pytest.raises(OSError):
+            socket.create_connection((outside, port), timeout=5).close()
