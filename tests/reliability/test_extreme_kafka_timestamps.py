@@ -1,4 +1,5 @@
-"""Record timestamps at the extremes through Spark's built-in Kafka source and both jobs.
+"""Record metadata at the extremes through Spark's built-in Kafka source and both jobs:
+timestamps, 2,000 headers, a key that fills a record.
 
 Kafka lets a producer set any 64-bit timestamp. Spark's Kafka source fails its task on one
 beyond +-2^63 microseconds (measured with Spark 4.2.0: "has timestamp value 9223372036854776
@@ -13,6 +14,7 @@ run on. A topic created with Kafka's defaults is named in a warning at job start
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 
@@ -20,6 +22,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from streamstate.jobs.kafka.timestamps import SPARK_LIMIT_MS, exposed_topics
+from streamstate.jobs.rules.reference import SourceRecord
 from tests.scenario import build_scenario, differences, produce_scenario, run_jobs_in_process
 
 pytestmark = pytest.mark.spark
@@ -29,6 +32,28 @@ CENTURY_MS = 3_155_760_000_000
 ACCEPTED = [-5, 1, 2**31, NOW - CENTURY_MS + 86_400_000, NOW + 8_900_000_000_000_000, NOW]
 # Beyond what Spark converts (it fails), or before 1582 (it shifts the time), or a century behind.
 BEYOND = [SPARK_LIMIT_MS + 1, 2**62, 2**63 - 1, -(2**62), -(2**63) + 1, -8_900_000_000_000_000, NOW - CENTURY_MS - 86_400_000]
+
+
+def _heavy_metadata(bootstrap: str, topic: str, template) -> list[SourceRecord]:
+    """A valid event under 2,000 headers (~800 kB of them), and one whose key fills the record to
+    the broker's 1 MB limit (a key that is not the user id: a contract dead letter, key cut to
+    what a dead letter keeps). Headers are the connector's to skip, never the job's to fail on."""
+    landed: list[SourceRecord] = []
+    producer = Producer({"bootstrap.servers": bootstrap})
+    headers = [(f"h{i:04d}", b"x" * 400) for i in range(2_000)]
+    body = json.loads(template.value)
+    records = [
+        (template.key, json.dumps({**body, "event_id": "with-headers"}).encode(), headers),
+        (b"k" * 990_000, json.dumps({**body, "event_id": "huge-key"}).encode(), None),
+    ]
+    for key, value, record_headers in records:
+        producer.produce(
+            topic, key=key, value=value, headers=record_headers, partition=0,
+            on_delivery=lambda e, m: landed.append(SourceRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1])) if e is None else pytest.fail(str(e)),
+        )
+    producer.flush(30)
+    assert len(landed) == 2
+    return landed
 
 
 def test_unreadable_timestamps_are_refused_by_the_broker_and_the_rest_processed(spark, bootstrap, pipeline_stack, new_topic):
@@ -49,6 +74,7 @@ def test_unreadable_timestamps_are_refused_by_the_broker_and_the_rest_processed(
     scenario = build_scenario(seed=11, events=120, metrics=80, users=12)
     stamps = [ACCEPTED[i % len(ACCEPTED)] for i in range(len(scenario.records))]
     produced = produce_scenario(bootstrap, scenario, settings, stamps)
+    produced += _heavy_metadata(bootstrap, settings.topic_user_events, scenario.records[0])
     expected = scenario.expected(settings)
     stages = Counter(letter.stage for letter in expected.dead_letters.values())
     assert stages["clock_skew"] > 0, f"records stamped 1 ms after the epoch are skewed: {stages}"
