@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamstate.jobs.metrics import JobMetrics
 from streamstate.stack import free_port
+from tests.integration.addresses import external_address
 from tests.integration.api_harness import wait_until
 
 pytestmark = pytest.mark.spark
@@ -85,24 +86,11 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
         metrics.close()
 
 
-def _outside_address() -> str | None:
-    """This machine's address on its default route (a UDP connect sends nothing); None offline."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))
-        except OSError:
-            return None
-        address = probe.getsockname()[0]
-    return None if address.startswith("127.") else address
-
-
 def test_the_metrics_server_binds_loopback_unless_told_otherwise():
     """The README says every server binds 127.0.0.1 unless configured (the jobs' bound 0.0.0.0)."""
     import socket
 
-    outside = _outside_address()
+    outside = external_address()
     port, everywhere = free_port(), free_port()
     JobMetrics(job="bind-test", port=port)
     JobMetrics(job="bind-test-all", port=everywhere, host="0.0.0.0")

@@ -14,6 +14,7 @@ from streamstate import deps
 from streamstate.jobs.spark import s3a_conf
 from streamstate.s3 import S3, S3Error
 from streamstate.settings import Settings
+from tests.integration.addresses import external_address
 
 pytestmark = pytest.mark.spark
 
@@ -56,17 +57,6 @@ def test_s3a_conf_passes_the_credentials_to_executors_and_is_empty_without_an_en
     assert s3a_conf(Settings(), {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}) == {}
 
 
-def _external_address() -> str | None:
-    """This machine's address on its default route (no packet is sent), if it has one besides loopback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))
-        except OSError:
-            return None
-        address = probe.getsockname()[0]
-    return None if address.startswith("127.") else address
-
-
 def test_kafka_and_minio_listen_on_loopback_only(stack, production_stack):
     ports = {  # the production profile runs on the session's broker
         "kafka": stack.kafka.port,
@@ -75,7 +65,7 @@ def test_kafka_and_minio_listen_on_loopback_only(stack, production_stack):
     }
     for name, port in ports.items():
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    external = _external_address()
+    external = external_address()
     if external is None:
         pytest.skip("this machine has no address besides loopback to probe from")
     for name, port in ports.items():
