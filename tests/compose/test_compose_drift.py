@@ -56,6 +56,7 @@ JOB_DIFFERENCES = {
     "STREAMSTATE_SPARK_DRIVER_HOST": "executors in other containers reach the driver by its container name",
     "STREAMSTATE_CORES_MAX": "sizing on the compose cluster, where two jobs share two workers",
     "STREAMSTATE_EXECUTOR_CORES": "sizing on the compose cluster",
+    "STREAMSTATE_METRICS_HOST": "Prometheus scrapes the jobs across the compose network (ports not published); natively on loopback",
     "AWS_ACCESS_KEY_ID": "the object store's user: from .env or its default in compose, made per data directory natively",
     "AWS_SECRET_ACCESS_KEY_FILE": "the object store's password: a generated secret's file in compose, made per data directory natively",
 }

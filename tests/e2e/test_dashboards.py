@@ -140,6 +140,10 @@ def test_every_dashboard_panel_has_data(stack: EmbeddedStack, tmp_path: Path):
         "anomalies_metrics_port": free_port(),
         "prometheus_port": free_port(),
         "checkpoint_root": str(tmp_path / "checkpoints"),
+        # The per-series z-score panel shows series ids only when asked, and only those above
+        # the threshold: a low one keeps some there at any moment (normal values included).
+        "api_metrics_series_ids": True,
+        "anomaly_threshold": 1.0,
     })
     started = []
     try:
