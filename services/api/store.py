@@ -46,6 +46,8 @@ import json
 import logging
 import shutil
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +124,16 @@ class ViewStore:
         self.cache_mb = cache_mb
         self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
 
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """RocksDB reports corruption and I/O errors as plain exceptions: each marks the store damaged."""
+        try:
+            yield
+        except StoreDamaged:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. "Corruption: block checksum mismatch"
+            raise self._damaged(exc) from None
+
     def _damaged(self, error: Exception) -> StoreDamaged:
         if self.damage is None:
             self.damage = " ".join(str(error).split())[:300]
@@ -134,16 +146,12 @@ class ViewStore:
     # ------------------------------------------------------------------ meta
     def identity(self) -> dict | None:
         raw = self.get(_IDENTITY)
-        try:
+        with self._guarded():
             return json.loads(raw) if raw is not None else None
-        except ValueError as exc:
-            raise self._damaged(exc) from None
 
     def set_identity(self, identity: dict) -> None:
-        try:
+        with self._guarded():
             self.db.put(_IDENTITY, json.dumps(identity, sort_keys=True).encode(), self._write_options)
-        except Exception as exc:  # noqa: BLE001
-            raise self._damaged(exc) from None
 
     def offsets(self) -> dict[tuple[str, int], int]:
         """Stored next offset per (source, partition)."""
@@ -170,42 +178,32 @@ class ViewStore:
             batch.put(_offset_key(source, partition), TS.pack(offset))
         for name, value in counters.items():
             batch.put(_COUNTER + name.encode(), TS.pack(value))
-        try:
+        with self._guarded():
             self.db.write(batch, self._write_options)
-        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain exceptions for corruption and I/O errors
-            raise self._damaged(exc) from None
 
     # ------------------------------------------------------------------ reading
     def get(self, key: bytes) -> bytes | None:
-        try:
+        with self._guarded():
             return self.db.get(key)
-        except Exception as exc:  # noqa: BLE001 - e.g. "Corruption: block checksum mismatch"
-            raise self._damaged(exc) from None
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        try:
+        with self._guarded():
             return self.db.get(keys) if keys else []
-        except Exception as exc:  # noqa: BLE001
-            raise self._damaged(exc) from None
 
     def scan(self, prefix: bytes, after: bytes | None = None):
         """(key, value) of every key with ``prefix`` in key order, strictly after ``prefix + after``;
         :class:`StoreDamaged` when a damaged block ends the walk (never a silently short one)."""
-        try:
+        with self._guarded():
             iterator = self.db.iter()
             iterator.seek(prefix + (after + b"\x00" if after is not None else b""))
-        except Exception as exc:  # noqa: BLE001
-            raise self._damaged(exc) from None
         while iterator.valid():
             key = iterator.key()
             if not key.startswith(prefix):
                 return
             yield key, iterator.value()
             iterator.next()
-        try:
+        with self._guarded():
             iterator.status()  # an iterator stopped by an error is merely "not valid": ask why
-        except Exception as exc:  # noqa: BLE001
-            raise self._damaged(exc) from None
 
     def clear(self, identity: dict | None = None) -> None:
         """Delete every value, offset and counter in one atomic write, which also records
@@ -215,11 +213,9 @@ class ViewStore:
         batch.delete_range(_IDENTITY + b"\x00", b"\xff")
         if identity is not None:
             batch.put(_IDENTITY, json.dumps(identity, sort_keys=True).encode())
-        try:
+        with self._guarded():
             self.db.write(batch, self._write_options)
             self.db.compact_range(None, None)
-        except Exception as exc:  # noqa: BLE001
-            raise self._damaged(exc) from None
 
     def close(self) -> None:
         self.db.close()
