@@ -28,6 +28,11 @@ from streamstate.topics import load_topics
 
 EVENTS = 2_500
 METRICS = 1_500
+# A job may plan a batch while a scenario is being produced. The producer sends each partition's
+# records on its own, so one partition can lag the others; a lag longer in event time than the
+# watermark's slack (delay minus the scenario's lateness: 5 - 1 minutes) would make its records
+# late in the job but not in the reference. Flushing whenever event time moved this far bounds it.
+FLUSH_EVERY_EVENT_MS = 60_000
 
 
 @dataclass
@@ -90,15 +95,34 @@ def produce_scenario(
             SourceRecord(message.topic(), message.partition(), message.offset(), message.key(), message.value(), message.timestamp()[1])
         )
 
+    # Per topic (each job has its own watermark): the event time at the last flush, and the latest.
+    flushed_at: dict[str, int] = {}
+    latest: dict[str, int] = {}
     for index, record in enumerate(scenario.records):
         stamp = {} if timestamps is None else {"timestamp": timestamps[index]}
         producer.produce(topic_of[record.topic], key=record.key, value=record.value, on_delivery=report, **stamp)
         producer.poll(0)
+        event_time = _event_time(record.value)
+        if event_time is None:
+            continue
+        latest[record.topic] = event_time
+        if abs(event_time - flushed_at.setdefault(record.topic, event_time)) > FLUSH_EVERY_EVENT_MS:
+            producer.flush(60)  # every partition has what came before, whatever batch reads it next
+            flushed_at = dict(latest)
     producer.flush(60)
     assert not failures, f"scenario records not delivered: {failures[:3]}"
     assert len(landed) == len(scenario.records)
     scenario.produced = landed
     return landed
+
+
+def _event_time(value: bytes | None) -> int | None:
+    """A record's ``ts`` (malformed records have none)."""
+    try:
+        ts = json.loads(value)["ts"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    return ts if isinstance(ts, int) and not isinstance(ts, bool) else None
 
 
 class Feeder:
