@@ -114,6 +114,15 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             _goal(f["ratio"] < 1.5, "< 1.5x"),
             f"same {f['touched']:,}-record batch, processingTime trigger",
         ))
+        every = f.get("update_state_by_key")
+        if every is not None:
+            rows.append((
+                f"`update_state_by_key` (every key, every batch): batch ms with {every['large']['keys_in_state']:,} vs "
+                f"{every['small']['keys_in_state']:,} keys",
+                f"{every['large']['median_ms']:,.0f} vs {every['small']['median_ms']:,.0f} ms = {every['ratio']:.2f}x",
+                "",
+                "the same batches; the whole state is called and written out each batch, as DStream's",
+            ))
     if "api" in figures and "error" not in figures["api"] and "sizes" in figures["api"]:
         rows += _api_rows(figures["api"])
     if "validation" in figures and "error" not in figures["validation"]:

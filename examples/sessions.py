@@ -1,8 +1,10 @@
 """User session tracking with updateStateByKey (seed 000).
 
 A login starts (or restarts) a session, page views count, a logout removes it, and a session
-idle for 30 minutes of event time expires. The seed reads the wall clock; here the events'
-own times are used, so a replay gives the same sessions.
+idle for 30 minutes of event time expires. The seed reads the wall clock in a function Spark
+calls for every key in every batch; here the events' own times are used, so a replay gives the
+same sessions, and the engine's event-time timeout calls an idle session once, instead of every
+batch (``every_batch=False``).
 
     python -m streamstate.examples.sessions --topic user-events
 """
@@ -41,7 +43,8 @@ def update_session(events: list[dict], session: dict | None) -> dict | None:
 def track_sessions(events: DataFrame) -> StateResult:
     """Per-user sessions; ``events`` needs the ``event_time`` column with a watermark."""
     return update_state_by_key(
-        events, key="user_id", func=update_session, value=["type", "ts"], timeout=INACTIVITY, event_time=EVENT_TIME
+        events, key="user_id", func=update_session, value=["type", "ts"], timeout=INACTIVITY, event_time=EVENT_TIME,
+        every_batch=False,
     )
 
 

@@ -45,12 +45,17 @@ def produce_json(bootstrap: str, topic: str, records: Iterable[dict], key_field:
 class RowCollector:
     """Runs ``result.all`` into memory via foreachBatch; :attr:`batches` holds each batch's rows."""
 
-    def __init__(self, result: StateResult | DataFrame, checkpoint: str, available_now: bool = False):
+    def __init__(self, result: StateResult | DataFrame, checkpoint: str, available_now: bool = False, once: bool = False):
         rows = result.all if isinstance(result, StateResult) else result
         self.batches: list[list[tuple]] = []
         self._lock = threading.Lock()
         writer = rows.writeStream.foreachBatch(self._collect).option("checkpointLocation", checkpoint)
-        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="200 milliseconds")
+        if once:  # exactly one micro-batch (availableNow never ends over an every-batch update_state_by_key)
+            writer = writer.trigger(once=True)
+        elif available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime="200 milliseconds")
         self.query = writer.start()
 
     def _collect(self, batch: DataFrame, batch_id: int) -> None:
@@ -97,9 +102,10 @@ class RowCollector:
 
     def await_done(self, limit_s: float = 300.0) -> list[tuple]:
         """For an availableNow query: wait for it to end, re-raising its failure."""
-        self.query.awaitTermination(limit_s)
+        ended = self.query.awaitTermination(limit_s)
         if self.query.exception() is not None:
             raise self.query.exception()
+        assert ended, f"the query did not end within {limit_s} s (availableNow over processing-time state never does)"
         return self.rows
 
 

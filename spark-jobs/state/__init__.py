@@ -17,7 +17,9 @@ Its cost is per touched key (a state call is a socket round trip from the Python
 pandas frames per group are slower still), so the processor keeps one ValueState per key
 holding the JSON state and its timer deadline: one read and at most one write per touched
 key per batch, and a timer moved only when the deadline changes. Untouched keys cost nothing
-(unlike DStream ``updateStateByKey``, which visited every key every batch). It also has
+in ``map_with_state``; ``update_state_by_key`` calls every key every batch, as DStream's did
+(each bucket then keeps all its keys hot and a processing-time timer for the next batch,
+so it is visited with or without records). It also has
 per-key timers in processing or event time and an initial-state input, which the seeds'
 ``timeout`` and ``initialState`` need. State lives in the RocksDB store (``build_spark``).
 

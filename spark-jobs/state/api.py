@@ -117,14 +117,22 @@ def update_state_by_key(
     event_time: str | None = None,
     state_type: Any = None,
     late: LateRecords = "process",
+    every_batch: bool = True,
 ) -> StateResult:
-    """DStream ``updateStateByKey``: ``func(new_values, old_state) -> new_state | None`` per touched key.
+    """DStream ``updateStateByKey``: ``func(new_values, old_state) -> new_state | None``.
 
-    Only keys with new data in the batch (or, with ``timeout``, keys idle that long: then
-    ``new_values`` is empty) are called; ``None`` removes the key. The outputs are
-    ``(key, state)`` with ``state`` as JSON for every key that keeps a state.
+    As in Spark, every key in state is called in every batch, with empty ``new_values`` when
+    it has no data; ``None`` removes the key. The outputs are ``(key, state)``, with ``state`` as
+    JSON, for every key that keeps a state: the whole state, every batch. Its cost therefore
+    grows with the state, not the input (why mapWithState exists); the query runs a batch at
+    every trigger.
+
+    ``every_batch=False`` calls only keys with new data, plus (with ``timeout``) each key idle
+    that long, once, with empty ``new_values``: that call ends the key. Then the outputs are
+    the states of the keys called. ``event_time`` (ordering records, and the timeout's clock)
+    needs ``every_batch=False``.
     """
-    spec = StateSpec.updater(func).initial_state(initial_state)
+    spec = StateSpec.updater(func, every_batch=every_batch).initial_state(initial_state)
     if num_partitions is not None:
         spec = spec.num_partitions(num_partitions)
     if timeout is not None:
@@ -175,10 +183,10 @@ def bucket_of(key: Column, buckets: int) -> Column:
 
 def _time_mode(spec: StateSpec) -> str:
     # Spark runs a (no-data) batch at every trigger in ProcessingTime mode, so that mode is
-    # chosen only when a processing-time timeout needs it.
+    # chosen only when a processing-time timeout or every-batch calls need it.
     if spec.event_time_column is not None:
         return "EventTime"
-    return "ProcessingTime" if spec.timeout_ms is not None else "None"
+    return "ProcessingTime" if spec.timeout_ms is not None or spec.every_batch else "None"
 
 
 def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataFrame:

@@ -123,6 +123,7 @@ class Bucket:
     timer_ms: int | None = None  # the hot timer
     ticks: set[int] = field(default_factory=set)  # starts of the wheel ticks with a timer
     visit: int = 0
+    called_all_at: int | None = None  # every-batch mode: the batch time of the last visit that called every key
     rows: list[tuple] = field(default_factory=list)
     _seen: set = field(default_factory=set)
 
@@ -133,13 +134,17 @@ class Bucket:
             stored = pickle.loads(blob)
             self.hot, self.cold_count, self.visit = stored["hot"], stored["cold"], stored["visit"]
             self.timer_ms, self.ticks = stored["timer"], stored["ticks"]
+            self.called_all_at = stored.get("called_all_at")
         self.visit += 1
         return self
 
     def save(self) -> None:
         self._evict()
         self._set_timer()
-        blob = {"hot": self.hot, "cold": self.cold_count, "timer": self.timer_ms, "ticks": self.ticks, "visit": self.visit}
+        blob = {
+            "hot": self.hot, "cold": self.cold_count, "timer": self.timer_ms, "ticks": self.ticks, "visit": self.visit,
+            "called_all_at": self.called_all_at,
+        }
         self.store.save_hot(pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL))
 
     # ------------------------------------------------------------------ keys
@@ -185,6 +190,24 @@ class Bucket:
             run.apply_rows(key_rows)
             self._settle(key, run, entry)
 
+    def apply_without_data(self) -> None:
+        """Every-batch mode: call each key this batch has not called yet, with no values. A bucket
+        is visited for its records and for its timer, possibly both in one batch: the batch time
+        of the visit that called every key makes the second visit a no-op."""
+        if not self.plan.every_batch or self.called_all_at == self.processing_time_ms:
+            return
+        for _, key in sorted((describe_key(k), k) for k in self.hot if k not in self._seen):
+            run, entry = self._run(key)
+            run.apply_without_data()
+            self._settle(key, run, entry)
+        self.called_all_at = self.processing_time_ms
+
+    def call_all_this_batch(self) -> None:
+        """Every-batch mode, initial state: a timer due now, so this very batch calls every key."""
+        if self.plan.every_batch and self.hot:
+            self.store.register_timer(self.processing_time_ms)
+            self.timer_ms = self.processing_time_ms
+
     def apply_due(self) -> None:
         """Time out every hot key whose deadline the clock has reached."""
         if self.now_ms is None:
@@ -222,7 +245,7 @@ class Bucket:
     def _evict(self) -> None:
         """Move the least recently touched keys to cold until the hot set fits its capacity."""
         excess = len(self.hot) - self.hot_capacity
-        if excess <= 0:
+        if excess <= 0 or self.plan.every_batch:  # every key is called every batch: all stay hot
             return
         now_tick = None if self.now_ms is None else self._tick_of(self.now_ms)
         candidates = sorted(
@@ -258,6 +281,9 @@ class Bucket:
         if self.now_ms is None:
             return
         earliest = min((e[DEADLINE] for e in self.hot.values() if e[DEADLINE] is not None), default=None)
+        if self.plan.every_batch and self.hot:
+            # The next batch (a later processing time) visits this bucket, with or without records.
+            earliest = self.processing_time_ms + 1 if earliest is None else min(earliest, self.processing_time_ms + 1)
         if self.timer_ms is not None and (earliest is None or self.timer_ms <= earliest):
             return
         if self.timer_ms is not None and self.timer_ms not in self.ticks:  # a tick shares it: kept

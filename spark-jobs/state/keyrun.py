@@ -45,6 +45,7 @@ class Plan:
     ordered_by_offset: bool
     snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
     output_limit_bytes: int = 1_000_000
+    every_batch: bool = False  # every key in state is called in every batch (updateStateByKey)
 
     @classmethod
     def of(cls, spec: StateSpec, ordered_by_offset: bool = True) -> Plan:
@@ -59,6 +60,7 @@ class Plan:
             ordered_by_offset=ordered_by_offset,
             snapshot=spec.snapshot_fn,
             output_limit_bytes=spec.output_limit_bytes,
+            every_batch=spec.every_batch,
         )
 
 
@@ -101,7 +103,8 @@ class KeyRun:
         self.rows: list[tuple] = []
         self.snapshot: Any = _UNCHANGED  # the snapshot payload to emit, once computed
         self.driver = StateDriver(
-            key, self._decode(text), watermark_ms=watermark_ms, processing_time_ms=processing_time_ms
+            key, self._decode(text), watermark_ms=watermark_ms, processing_time_ms=processing_time_ms,
+            idle_timeout=plan.timeout_ms is not None,
         )
 
     @property
@@ -122,9 +125,9 @@ class KeyRun:
         self.driver.reset(self._decode(self.committed))
 
     # ------------------------------------------------------------------ calls
-    def _call(self, arg: Any, timing_out: bool = False) -> Exception | None:
+    def _call(self, arg: Any, timer: bool = False) -> Exception | None:
         """Run the function once; on error leave everything as it was and return the error."""
-        state = self.driver.begin_call(timing_out)
+        state = self.driver.begin_call(timer)
         limit = self.plan.output_limit_bytes
         try:
             result = self.plan.func(self.key, arg, state)
@@ -245,18 +248,40 @@ class KeyRun:
             self._apply_each(rows, with_snapshot=True)
 
     def apply_timeout(self) -> None:
+        """The key's deadline passed. The spec's idle timeout: the call is timing out and the key
+        goes after it. A timestamp the function set: the call may update, remove or keep the
+        state (kept with no timer unless it sets one again)."""
         start = self._mark()
-        error = self._call(None if self.plan.per_record else [], timing_out=True)
+        error = self._call(None if self.plan.per_record else [], timer=True)
         if error is None:
-            if not (self.driver.touched and self.driver.exists):
+            if self.driver.timing_out:
                 self.committed = None
-            # Kept after a timeout: no timer until new data, unless the call set one.
             self.deadline = self._deadline_after_call(None)
+            error = self._snapshot_error()
+        if error is None:
+            return
+        refused = self.driver.refused_write
+        self._rollback(start)
+        self.rows.append(self.dead_letter(None, one_line(error)))
+        if refused:
+            # A write the timing-out contract refuses would fail every retry: the key goes, as the timeout says.
+            self.committed, self.deadline = None, None
+            if self._snapshot_error() is not None:
+                self.snapshot = None  # the derived snapshot failed: a plain tombstone
+            return
+        self.snapshot = _UNCHANGED
+        self.deadline = self.retry_deadline()
+
+    def apply_without_data(self) -> None:
+        """Every-batch mode (updateStateByKey): a key in state without records in this batch is
+        called with no values; a call that raises leaves the state as it was."""
+        start = self._mark()
+        error = self._call([])
+        if error is None:
             error = self._snapshot_error()
         if error is not None:
             self._rollback(start)
             self.snapshot = _UNCHANGED
-            self.deadline = self.retry_deadline()
             self.rows.append(self.dead_letter(None, one_line(error)))
 
     def retry_deadline(self) -> int | None:

@@ -101,6 +101,7 @@ class BucketProcessor(StatefulProcessor):
         bucket = self._bucket(timerValues)
         if table is not None:
             bucket.apply_records(rows_by_key(table).items())
+        bucket.apply_without_data()
         bucket.apply_due()
         bucket.save()
         if bucket.rows:
@@ -111,6 +112,7 @@ class BucketProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         bucket = self._bucket(timerValues)
         bucket.timer_fired(expiredTimerInfo.getExpiryTimeInMs())
+        bucket.apply_without_data()
         bucket.apply_due()
         bucket.save()
         if bucket.rows:
@@ -124,6 +126,7 @@ class BucketProcessor(StatefulProcessor):
         pairs = zip(initialState["key"].tolist(), initialState["state"].tolist())
         for state_key, text, state_deadline in initial_entries(self.plan, pairs, deadline):
             bucket.hot[state_key] = [text, state_deadline, False, bucket.visit, True]
+        bucket.call_all_this_batch()
         bucket.save()
 
     def close(self) -> None:

@@ -99,6 +99,7 @@ class StateSpec:
     output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES
     bucket_count: int = DEFAULT_BUCKETS
     hot_key_capacity: int = DEFAULT_HOT_KEYS
+    every_batch: bool = False
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -124,14 +125,21 @@ class StateSpec:
         return cls(func=func, per_record=False)
 
     @classmethod
-    def updater(cls, func: Callable[[list, Any], Any]) -> StateSpec:
-        """DStream ``updateStateByKey`` as a spec: ``func(new_values, old_state | None) -> new_state | None``
-        once per touched key; ``None`` removes the key, and the new state is the key's output."""
+    def updater(cls, func: Callable[[list, Any], Any], every_batch: bool = True) -> StateSpec:
+        """DStream ``updateStateByKey`` as a spec: ``func(new_values, old_state | None) -> new_state | None``;
+        ``None`` removes the key, and the new state is the key's output.
+
+        ``every_batch`` (the default, as in Spark): every key in state is called in every batch, with
+        no values when it has none. Otherwise only keys with values are called, and keys idle for
+        the spec's ``timeout`` once more with no values: that call ends the key, whatever it returns.
+        """
         if not callable(func):
             raise TypeError(f"StateSpec.updater needs a callable, got {type(func).__name__}")
 
         def update(key: Any, values: list, state) -> list:
             new_state = func(values, state.get_option())
+            if state.is_timing_out():
+                return []  # the key goes after this call (State's timing-out contract)
             if new_state is None:
                 if state.exists():
                     state.remove()
@@ -139,7 +147,7 @@ class StateSpec:
             state.update(new_state)
             return [new_state]
 
-        return cls.batch_function(update)
+        return replace(cls.batch_function(update), every_batch=every_batch)
 
     def initial_state(self, initial: Any) -> StateSpec:
         """Start from a DataFrame with columns ``(key, state)`` or a list of ``(key, state)`` pairs.
@@ -155,7 +163,9 @@ class StateSpec:
         return replace(self, partitions=partitions)
 
     def timeout(self, idle: Duration) -> StateSpec:
-        """Time a key out after this idle duration since its last record (see :meth:`event_time`)."""
+        """Time a key out after this idle duration since its last record (see :meth:`event_time`):
+        it is called once more, timing out, and removed (see ``State.is_timing_out``)."""
+        self._refuse_on_every_batch("a timeout")
         return replace(self, timeout_ms=duration_ms(idle))
 
     def event_time(self, column: str, late: LateRecords = "process") -> StateSpec:
@@ -167,6 +177,7 @@ class StateSpec:
         """
         if late not in ("process", "dead_letter"):
             raise ValueError(f"late must be 'process' or 'dead_letter', got {late!r}")
+        self._refuse_on_every_batch("an event-time clock")
         return replace(self, event_time_column=column, late_records=late)
 
     def snapshots(self, snapshot: Callable[[Any, Any], Any]) -> StateSpec:
@@ -199,6 +210,14 @@ class StateSpec:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"hot_keys must be a positive int, got {capacity!r}")
         return replace(self, hot_key_capacity=capacity)
+
+    def _refuse_on_every_batch(self, what: str) -> None:
+        if self.every_batch:
+            raise ValueError(
+                f"this spec calls every key in every batch (updateStateByKey's default), which leaves nothing for {what} "
+                "to do: a key is dropped when the function returns None. Call only keys with data, and idle ones once "
+                "at their timeout, with every_batch=False"
+            )
 
     def state_type(self, state_cls: Any) -> StateSpec:
         """Keep the state as this type (a pydantic model, dataclass, or any pydantic-validatable type)."""

@@ -140,16 +140,23 @@ class State:
     """
 
     __slots__ = (
-        "key", "_value", "_removed", "_touched", "_timing_out", "_timeout_at", "watermark_ms", "processing_time_ms"
+        "key", "_value", "_removed", "_touched", "_timing_out", "_timer_fired", "_refused", "_timeout_at",
+        "_idle_timeout", "watermark_ms", "processing_time_ms",
     )
 
-    def __init__(self, key: Any, value: Any = NO_STATE, *, watermark_ms: int = -1, processing_time_ms: int = -1):
+    def __init__(
+        self, key: Any, value: Any = NO_STATE, *, watermark_ms: int = -1, processing_time_ms: int = -1,
+        idle_timeout: bool = False,
+    ):
         self.key = key
         self._value = value
         self._removed = False
         self._touched = False
         self._timing_out = False
+        self._timer_fired = False
+        self._refused = False  # the call tried to write while timing out
         self._timeout_at: Any = _UNSET
+        self._idle_timeout = idle_timeout  # the spec has .timeout(): keys time out when idle
         self.watermark_ms = watermark_ms
         self.processing_time_ms = processing_time_ms
 
@@ -170,9 +177,10 @@ class State:
         return default if self._value is NO_STATE else self._value
 
     def update(self, new_state: Any) -> None:
-        """Set the state. Allowed while timing out: the key is then kept (with no timer until new data)."""
+        """Set the state. Not while timing out (:meth:`is_timing_out`): the key is removed after that call."""
         if new_state is None:
             raise StateUsageError("cannot update the state to None; call state.remove() to remove it")
+        self._refuse_while_timing_out("update")
         if self._removed:
             raise StateUsageError(
                 f"cannot update the state of key {describe_key(self.key)!r} after it has been removed"
@@ -181,7 +189,9 @@ class State:
         self._touched = True
 
     def remove(self) -> None:
-        """Remove the key's state (a tombstone snapshot is emitted)."""
+        """Remove the key's state (a tombstone snapshot is emitted). Not while timing out: the key
+        is removed after that call anyway."""
+        self._refuse_while_timing_out("remove")
         if self._removed:
             raise StateUsageError(
                 f"cannot remove the state of key {describe_key(self.key)!r}: it has already been removed"
@@ -191,18 +201,43 @@ class State:
         self._touched = True
 
     def is_timing_out(self) -> bool:
-        """True only in the call made (with no value) because the key has been idle for the timeout."""
+        """True only in the call made (with no value) because the key has been idle for the spec's
+        ``timeout``. As in Spark's ``State``, that call can read the state but not
+        :meth:`update` or :meth:`remove` it (both raise :class:`StateUsageError`), and the key is
+        removed after it."""
         return self._timing_out
 
+    def has_timed_out(self) -> bool:
+        """True only in the call made (with no value) because the clock reached the timestamp this
+        key set with :meth:`set_timeout_timestamp`. Like Spark's ``GroupState.hasTimedOut``, that
+        call may update the state (and set a new timestamp) or remove it; a state it leaves alone
+        is kept, with no timer until one is set again."""
+        return self._timer_fired
+
     def set_timeout_timestamp(self, timestamp_ms: int | None) -> None:
-        """Time this key out when the watermark (event time) or the clock (processing time)
-        reaches ``timestamp_ms``, like Spark's ``GroupState.setTimeoutTimestamp``; ``None``
-        clears it. It replaces the spec's idle timeout for this key until the next call that
-        sets it again (or, if none does, until the idle rule applies after the next record).
-        """
+        """Call this key (see :meth:`has_timed_out`) when the watermark (event time) or the clock
+        (processing time) reaches ``timestamp_ms``, like Spark's ``GroupState.setTimeoutTimestamp``;
+        ``None`` clears it. The timer replaces the previous one and stays until it fires or is set
+        again. For specs without ``timeout()``: a spec's idle timeout and the function's own
+        timers are Spark's two separate models (``mapWithState`` and ``GroupState``)."""
         if timestamp_ms is not None and (isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)):
             raise StateUsageError(f"a timeout timestamp is epoch milliseconds (int) or None, got {timestamp_ms!r}")
+        if self._idle_timeout:
+            raise StateUsageError(
+                "set_timeout_timestamp is for specs without timeout(): this spec times keys out after they are "
+                "idle for its timeout (drop .timeout() to set each key's timer yourself)"
+            )
+        self._refuse_while_timing_out("set a timeout timestamp on")
         self._timeout_at = timestamp_ms
+
+    def _refuse_while_timing_out(self, action: str) -> None:
+        if self._timing_out:
+            self._refused = True
+            raise StateUsageError(
+                f"cannot {action} the state of key {describe_key(self.key)!r}: it is timing out (is_timing_out() is "
+                "True) and is removed after this call, as with Spark's State; to keep keys past a deadline, set it "
+                "with set_timeout_timestamp in a spec without timeout()"
+            )
 
 
 class StateDriver:
@@ -218,17 +253,36 @@ class StateDriver:
 
     __slots__ = ("state",)
 
-    def __init__(self, key: Any, value: Any = NO_STATE, *, watermark_ms: int = -1, processing_time_ms: int = -1):
-        self.state = State(key, value, watermark_ms=watermark_ms, processing_time_ms=processing_time_ms)
+    def __init__(
+        self, key: Any, value: Any = NO_STATE, *, watermark_ms: int = -1, processing_time_ms: int = -1,
+        idle_timeout: bool = False,
+    ):
+        self.state = State(
+            key, value, watermark_ms=watermark_ms, processing_time_ms=processing_time_ms, idle_timeout=idle_timeout
+        )
 
-    def begin_call(self, timing_out: bool = False) -> State:
-        """Reset the per-call flags; returns the ``State`` to hand to the user function."""
+    def begin_call(self, timer: bool = False) -> State:
+        """Reset the per-call flags; returns the ``State`` to hand to the user function. ``timer``:
+        the call is due to the key's deadline, which is the spec's idle timeout (the call is
+        timing out) or else a timestamp the function set (its timer fired)."""
         state = self.state
         state._removed = False
         state._touched = False
-        state._timing_out = timing_out
+        state._refused = False
+        state._timing_out = timer and state._idle_timeout
+        state._timer_fired = timer and not state._idle_timeout
         state._timeout_at = _UNSET
         return state
+
+    @property
+    def timing_out(self) -> bool:
+        """The last call was the idle timeout's: the key goes, whatever the call did."""
+        return self.state._timing_out
+
+    @property
+    def refused_write(self) -> bool:
+        """The last call tried to update or remove its timing-out state (and was refused)."""
+        return self.state._refused
 
     @property
     def touched(self) -> bool:

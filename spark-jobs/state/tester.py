@@ -39,11 +39,16 @@ Semantics, per micro-batch (:meth:`StateTester.run_batch`):
    the key's snapshot (the spec's snapshot function, else the state's JSON) is taken after its
    records, and if taking it raises, the records are replayed one at a time with a snapshot
    after each, dead-lettering those after which it raises;
-2. then every key whose deadline is due (processing time, or the batch's watermark, at or past
-   the deadline) is called once with no value while timing out; unless it updates its state
-   then, the key is removed;
-3. in event time the watermark then moves to ``max event time seen - watermark delay``; when it
-   moved, a data-less batch runs step 2 with the new watermark (as Spark's no-data batch does).
+2. in every-batch mode (``update_state_by_key``'s default), every other key in state is called
+   with no values (a call that raises is dead-lettered and leaves the state as it was);
+3. then every key whose deadline is due (processing time, or the batch's watermark, at or past
+   the deadline) is called once with no value: for the spec's idle ``timeout`` the call is
+   timing out (``update``/``remove`` raise) and the key is removed after it (also when the call
+   raised that way); for a timestamp the function set, the call may update, remove or keep the
+   state (kept with no timer unless it sets one); a call that raises otherwise is dead-lettered
+   and tried again one timeout later;
+4. in event time the watermark then moves to ``max event time seen - watermark delay``; when it
+   moved, a data-less batch runs step 3 with the new watermark (as Spark's no-data batch does).
 
 A key's deadline is its last event time (or the batch processing time) plus the timeout,
 set whenever a record of the key was processed and the key keeps a state.
@@ -99,6 +104,7 @@ class StateTester:
 
     def __post_init__(self) -> None:
         self.codec = StateCodec(self.spec.state_cls)
+        self._refused = False  # the last call wrote to a timing-out state
 
     # ------------------------------------------------------------------ batches
     def run_batch(self, records: Iterable[Record | tuple], processing_time_ms: int = 0) -> list[Row]:
@@ -115,6 +121,9 @@ class StateTester:
             if self.spec.event_time_column is not None:
                 key_records.sort(key=lambda r: (r.time is None, r.time or 0))
             self._process_key(key, key_records, processing_time_ms)
+        if self.spec.every_batch:
+            for key in sorted((k for k in self.store if k not in by_key), key=repr):
+                self._process_without_data(key, processing_time_ms)
         self._fire_timers(processing_time_ms)
         if self.spec.event_time_column is not None:
             times = [r.time for r in records if r.time is not None]
@@ -150,7 +159,10 @@ class StateTester:
     def _driver(self, key: Any, processing_time_ms: int) -> StateDriver:
         text = self.store.get(key)
         value = NO_STATE if text is None else self.codec.decode(key, text)
-        return StateDriver(key, value, watermark_ms=self.watermark_ms, processing_time_ms=processing_time_ms)
+        return StateDriver(
+            key, value, watermark_ms=self.watermark_ms, processing_time_ms=processing_time_ms,
+            idle_timeout=self.spec.timeout_ms is not None,
+        )
 
     def _is_late(self, record: Record) -> bool:
         return (
@@ -179,7 +191,7 @@ class StateTester:
         saved = self._save(key)
         if self.spec.per_record:
             self._each(key, on_time, processing_time_ms)
-        elif self._call(key, [r.value for r in on_time], on_time, processing_time_ms, timing_out=False) is not None:
+        elif self._call(key, [r.value for r in on_time], on_time, processing_time_ms, timer=False) is not None:
             self._restore(key, saved)
             self._each(key, on_time, processing_time_ms)
         if self._snapshot(key, before) is not None:
@@ -195,12 +207,24 @@ class StateTester:
         for record in records:
             saved = self._save(key)
             arg = record.value if self.spec.per_record else [record.value]
-            error = self._call(key, arg, [record], processing_time_ms, timing_out=False)
+            error = self._call(key, arg, [record], processing_time_ms, timer=False)
             if error is None and snapshot_against is not None:
                 error = self._snapshot(key, snapshot_against[0])
             if error is not None:
                 self._restore(key, saved)
                 self.rows.append(self._dead_letter(key, record, one_line(error)))
+
+    def _process_without_data(self, key: Any, processing_time_ms: int) -> None:
+        before = self.store.get(key)
+        saved = self._save(key)
+        error = self._call(key, [], [], processing_time_ms, timer=False)
+        if error is None:
+            error = self._snapshot(key, before)
+        if error is not None:
+            self._restore(key, saved)
+            self.rows.append(self._dead_letter(key, None, one_line(error)))
+            return
+        self._emit_snapshot(key, before)
 
     def _save(self, key: Any) -> tuple:
         return self.store.get(key), self.deadlines.get(key), len(self.rows), self._snapshots.get(key, _NOT_SAVED)
@@ -250,21 +274,21 @@ class StateTester:
         return max(candidates, default=None)
 
     def _call(
-        self, key: Any, arg: Any, group: list[Record], processing_time_ms: int, timing_out: bool
+        self, key: Any, arg: Any, group: list[Record], processing_time_ms: int, timer: bool
     ) -> Exception | None:
         driver = self._driver(key, processing_time_ms)
-        state = driver.begin_call(timing_out)
+        state = driver.begin_call(timer)
         try:
             result = self.spec.func(key, arg, state)
             key_text = describe_key(key)
             encoded = [output_row(o, key_text, self.spec.output_limit_bytes) for o in as_outputs(result, self.spec.per_record)]
-            keeps = driver.exists and (driver.touched or not timing_out)
             text = None
-            if keeps:
+            if driver.exists and not driver.timing_out:
                 text = self.codec.encode(driver.value) if driver.touched else self.store[key]
         except StateTypeError:
             raise
         except Exception as error:  # noqa: BLE001 - user errors become dead letters
+            self._refused = driver.refused_write
             return error
         self.rows.extend(Row(*row) for row in encoded)
         deadline = None
@@ -272,8 +296,8 @@ class StateTester:
             self.store.pop(key, None)
         else:
             self.store[key] = text
-            # After a timeout the key keeps no timer until new data, unless the call set one.
-            idle = None if timing_out else self._idle_deadline(key, group, processing_time_ms)
+            # After its timer fired the key keeps no timer until new data, unless the call set one.
+            idle = None if timer else self._idle_deadline(key, group, processing_time_ms)
             deadline = driver.timeout_after_call(idle)
         if deadline is None:
             self.deadlines.pop(key, None)
@@ -288,15 +312,22 @@ class StateTester:
             before = self.store.get(key)
             saved = self._save(key)
             del self.deadlines[key]
-            error = self._call(key, None if self.spec.per_record else [], [], processing_time_ms, timing_out=True)
+            error = self._call(key, None if self.spec.per_record else [], [], processing_time_ms, timer=True)
+            refused = error is not None and self._refused
             if error is None:
                 error = self._snapshot(key, before)
             if error is not None:
                 self._restore(key, saved)
-                if key in self.store:  # tried again one timeout later, as the engine does
-                    self.deadlines[key] = now + self.spec.timeout_ms
                 self.rows.append(self._dead_letter(key, None, one_line(error)))
-                continue
+                if not refused:
+                    if key in self.store and self.spec.timeout_ms is not None:  # tried again one timeout later, as the engine does
+                        self.deadlines[key] = now + self.spec.timeout_ms
+                    continue
+                # A write the timing-out contract refuses would fail every retry: the key goes.
+                self.store.pop(key, None)
+                self.deadlines.pop(key, None)
+                if self._snapshot(key, before) is not None:
+                    self._snapshots[key] = (None,)
             self._emit_snapshot(key, before)
 
 
@@ -324,9 +355,10 @@ def run_update_state_by_key(
     state_type: Any = None,
     processing_times_ms: Sequence[int] | None = None,
     watermark_delay_ms: int = 0,
+    every_batch: bool = True,
 ) -> list[Row]:
     """``update_state_by_key`` semantics over ``batches``; outputs are the new states as JSON."""
-    spec = StateSpec.updater(func).initial_state(initial_state).state_type(state_type)
+    spec = StateSpec.updater(func, every_batch=every_batch).initial_state(initial_state).state_type(state_type)
     if timeout is not None:
         spec = spec.timeout(timeout)
     if event_time:

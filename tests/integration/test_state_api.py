@@ -20,19 +20,19 @@ SCHEMA = "key STRING, n STRING, ts LONG"
 
 
 def visits(key, value, state):
-    """Counts a key's records; on timeout keys named keep* stay (closed), others expire."""
+    """Counts a key's records; at its idle timeout a key named keep* tries to stay, which the
+    timing-out contract refuses (a dead letter, and the key still goes)."""
     if value is None:
         current = state.get()
         if key.startswith("keep"):
-            state.update({**current, "closed": True})
-            return ("kept", current["n"])
+            state.update({**current, "closed": True})  # raises StateUsageError
         return ("expired", current["n"])
     n = state.get_option({"n": 0})["n"] + 1
     state.update({"n": n, "closed": False})
     return ("seen", n, state.watermark_ms)
 
 
-def test_event_time_timeouts_keep_on_timeout_and_late_records(spark, settings, bootstrap, new_topic, tmp_path):
+def test_event_time_timeouts_remove_keys_and_late_records_are_dead_lettered(spark, settings, bootstrap, new_topic, tmp_path):
     topic = new_topic()
     batches = [
         [("a", 1_000), ("keep", 2_000), ("b", 3_000)],
@@ -53,14 +53,15 @@ def test_event_time_timeouts_keep_on_timeout_and_late_records(spark, settings, b
         rows = collector.finish()
     assert by_key(rows) == by_key(reference.rows)
     outputs = [(r[1], r[2]) for r in kinds(rows, "output") if '"seen"' not in r[2]]
-    assert sorted(outputs) == sorted(
-        [("a", '["expired",1]'), ("b", '["expired",1]'), ("keep", '["kept",1]'), ("keep", '["kept",2]'), ("c", '["expired",2]')]
-    )
-    late = kinds(rows, "dead_letter")
-    assert [(r[1], r[2], r[3]) for r in late] == [
+    assert sorted(outputs) == sorted([("a", '["expired",1]'), ("b", '["expired",1]'), ("c", '["expired",2]')])
+    dead = kinds(rows, "dead_letter")
+    assert [(r[1], r[2], r[3]) for r in dead if r[1] == "a"] == [
         ("a", "5000", "late record: event time 5000 ms is at or behind the watermark 30000 ms")
     ]
-    assert [r[2] for r in kinds(rows, "snapshot") if r[1] == "keep"][-1] == '{"n":2,"closed":true}'
+    refused = [r[3] for r in dead if r[1] == "keep"]
+    assert len(refused) == 2 and all(reason.startswith("StateUsageError: cannot update") for reason in refused)
+    # keep's state went at each timeout: the second time it had only its record at 31 s
+    assert [r[2] for r in kinds(rows, "snapshot") if r[1] == "keep"] == ['{"n":1,"closed":false}', None] * 2
 
 
 def test_processing_time_timeout(spark, settings, bootstrap, new_topic, tmp_path):

@@ -18,11 +18,24 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 MINUTE = 60_000
 
 
-def run_once(spark, settings, bootstrap, topic, records, schema, build, tmp_path, key_field=None, **read):
-    """Produce ``records``, run ``build(parsed_df)`` as one availableNow query, return its rows."""
+def run_once(spark, settings, bootstrap, topic, records, schema, build, tmp_path, key_field=None, once=False, **read):
+    """Produce ``records``, run ``build(parsed_df)`` as one availableNow query (then a no-data batch
+    follows a watermark that moved), return its rows. ``once``: exactly one batch, for a spec on
+    processing time, under which availableNow never ends (each batch asks for another)."""
     produce_json(bootstrap, topic, records, key_field)
     result = build(read_json_topic(spark, settings, topic, schema, **read))
-    return RowCollector(result, str(tmp_path / "checkpoint"), available_now=True).await_done()
+    return RowCollector(result, str(tmp_path / "checkpoint"), available_now=not once, once=once).await_done()
+
+
+def run_each_batch_once(spark, settings, bootstrap, topic, batches, schema, build, tmp_path, key_field=None):
+    """One micro-batch per batch (the query restarted from its checkpoint with a once trigger):
+    for update_state_by_key, which calls every key in every batch, so the batch count is exact."""
+    result = build(read_json_topic(spark, settings, topic, schema))
+    rows = []
+    for batch in batches:
+        produce_json(bootstrap, topic, batch, key_field)
+        rows += RowCollector(result, str(tmp_path / "checkpoint"), once=True).await_done()
+    return rows
 
 
 def run_batches(spark, settings, bootstrap, topic, batches, schema, build, tmp_path, key_field=None, **read):
@@ -56,7 +69,7 @@ def test_running_word_count_with_initial_state(spark, settings, bootstrap, new_t
 
 def test_running_word_count_with_update_state_by_key(spark, settings, bootstrap, new_topic, tmp_path):
     batches = [[{"line": "to be or not to be"}], [{"line": "be quick"}, {"line": "to the point"}]]
-    rows = run_batches(
+    rows = run_each_batch_once(
         spark, settings, bootstrap, new_topic(), batches, word_count.SCHEMA,
         lambda df: word_count.running_counts_by_key(word_count.words(df)), tmp_path,
     )
@@ -65,6 +78,8 @@ def test_running_word_count_with_update_state_by_key(spark, settings, bootstrap,
     )
     assert by_key(rows) == by_key(expected)
     assert by_key(rows)["be"] == [("output", "2", None), ("snapshot", "2", None), ("output", "3", None), ("snapshot", "3", None)]
+    # every key, every batch: "or" has no data in the second batch and is output again
+    assert by_key(rows)["or"] == [("output", "1", None), ("snapshot", "1", None), ("output", "1", None)]
 
 
 def user_events(rng: random.Random, users: list[str], start_ms: int, span_ms: int, count: int) -> list[dict]:
@@ -106,7 +121,8 @@ def test_session_tracking_logout_and_inactivity(spark, settings, bootstrap, new_
         spark, settings, bootstrap, new_topic(), batches, sessions.SCHEMA, sessions.track_sessions, tmp_path
     )
     expected = run_update_state_by_key(
-        sessions.update_session, event_records(batches), timeout=sessions.INACTIVITY, event_time=True, watermark_delay_ms=MINUTE
+        sessions.update_session, event_records(batches), timeout=sessions.INACTIVITY, event_time=True,
+        watermark_delay_ms=MINUTE, every_batch=False,
     )
     assert by_key(rows) == by_key(expected)
     tombstones = [r[1] for r in kinds(rows, "snapshot") if r[2] is None]
@@ -117,8 +133,8 @@ def test_session_tracking_logout_and_inactivity(spark, settings, bootstrap, new_
 def test_running_analytics_typed_state(spark, settings, bootstrap, new_topic, tmp_path):
     rng = random.Random(2)
     points = [{"series_id": f"m{rng.randrange(4)}", "ts": i, "value": round(rng.gauss(50, 10), 3)} for i in range(200)]
-    rows = run_once(
-        spark, settings, bootstrap, new_topic(), points, analytics.SCHEMA, analytics.running_analytics, tmp_path
+    rows = run_each_batch_once(
+        spark, settings, bootstrap, new_topic(), [points], analytics.SCHEMA, analytics.running_analytics, tmp_path
     )
     expected = run_update_state_by_key(
         analytics.update_analytics, [[(p["series_id"], p["value"]) for p in points]], state_type=analytics.Analytics
@@ -172,7 +188,7 @@ def test_memory_bounded_state(spark, settings, bootstrap, new_topic, tmp_path):
     items = [{"key": "big", "item": f"i{n}"} for n in range(1100)]
     items += [{"key": "big", "item": f"i{rng.randrange(50)}"} for _ in range(100)]
     items += [{"key": "small", "item": f"s{rng.randrange(5)}"} for _ in range(30)]
-    rows = run_once(spark, settings, bootstrap, new_topic(), items, bounded.SCHEMA, bounded.bounded_counts, tmp_path)
+    rows = run_once(spark, settings, bootstrap, new_topic(), items, bounded.SCHEMA, bounded.bounded_counts, tmp_path, once=True)
     expected = run_map_with_state(
         StateSpec.function(bounded.count_bounded).timeout(bounded.IDLE), [[(r["key"], r["item"]) for r in items]]
     )
@@ -221,7 +237,9 @@ def test_first_and_last_activity(spark, settings, bootstrap, new_topic, tmp_path
         for i in range(80)
     ]
     batches = [events[:50], events[50:]]
-    rows = run_batches(spark, settings, bootstrap, new_topic(), batches, first_last.SCHEMA, first_last.first_and_last, tmp_path)
+    rows = run_each_batch_once(
+        spark, settings, bootstrap, new_topic(), batches, first_last.SCHEMA, first_last.first_and_last, tmp_path
+    )
     expected = run_update_state_by_key(
         first_last.update_user_state,
         [[(e["user"], {"timestamp": e["timestamp"], "activity": e["activity"]}) for e in batch] for batch in batches],

@@ -107,7 +107,7 @@ def test_reference_times_out_in_event_time_after_the_watermark_passes():
     assert "b" in run.store
 
 
-def test_update_state_by_key_touches_only_keys_with_data():
+def test_update_state_by_key_calls_every_key_in_every_batch():
     calls = []
 
     def count(values, old):
@@ -115,6 +115,18 @@ def test_update_state_by_key_touches_only_keys_with_data():
         return (old or 0) + len(values)
 
     rows = run_update_state_by_key(count, [[("a", 1), ("b", 1)], [("a", 1)]])
+    assert calls == [[1], [1], [1], []]
+    assert by_key(rows)["b"] == [("output", "1", None), ("snapshot", "1", None), ("output", "1", None)]
+
+
+def test_update_state_by_key_can_call_only_keys_with_data():
+    calls = []
+
+    def count(values, old):
+        calls.append(list(values))
+        return (old or 0) + len(values)
+
+    rows = run_update_state_by_key(count, [[("a", 1), ("b", 1)], [("a", 1)]], every_batch=False)
     assert calls == [[1], [1], [1]]
     assert by_key(rows)["a"][-1] == ("snapshot", "2", None)
 

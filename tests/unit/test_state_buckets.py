@@ -136,3 +136,51 @@ def test_a_cold_key_times_out_at_its_exact_deadline():
     closed = [r for r in bucket.rows if r[1] == "a" and r[0] == OUTPUT and "closed" in r[2]]
     assert closed == [(OUTPUT, "a", '["closed",1]', None, None, None, None)]
     assert "a" not in bucket.store.cold and [r for r in bucket.rows if r[1] == "a"][-1][:3] == (SNAPSHOT, "a", None)
+
+
+class EveryBatchBucket:
+    """Spark's part for one bucket of an every-batch spec (processing-time mode): per batch at
+    time ``now``, a visit with the data if any, then a visit per timer due at ``now``."""
+
+    def __init__(self, spec: StateSpec):
+        self.plan = Plan.of(spec)
+        self.store = MemoryBucketStore()
+        self.rows: list[tuple] = []
+
+    def _visit(self, now: int) -> Bucket:
+        return Bucket(self.plan, self.store, -1, now, now, 10, TICK_MS).load()
+
+    def batch(self, now: int, records: list[tuple]) -> None:
+        if records:
+            bucket = self._visit(now)
+            bucket.apply_records({key: [(key, value, None, "t", 0, i)] for i, (key, value) in enumerate(records)}.items())
+            bucket.apply_without_data()
+            bucket.save()
+            self.rows += bucket.rows
+        for timer in sorted(t for t in self.store.timers if t <= now):
+            self.store.timers.discard(timer)
+            bucket = self._visit(now)
+            bucket.timer_fired(timer)
+            bucket.apply_without_data()
+            bucket.save()
+            self.rows += bucket.rows
+
+
+def test_every_batch_calls_each_key_once_per_batch_with_or_without_records():
+    """Records and the bucket's timer can both visit it in one batch: keys are still called
+    once; in a batch without records the timer visit calls them all; eviction never runs."""
+    calls = []
+
+    def add(values, state):
+        calls.append(list(values))
+        return (state or 0) + sum(values)
+
+    spec = StateSpec.updater(add)
+    keys = [f"k{i}" for i in range(15)]  # over the hot capacity of 10
+    engine, reference = EveryBatchBucket(spec), StateTester(spec)
+    for now, records in [(100, [(k, 1) for k in keys]), (200, [("k0", 1)]), (300, []), (400, [("k1", 2)])]:
+        engine.batch(now, records)
+        reference.run_batch(records, processing_time_ms=now)
+    assert by_key(engine.rows) == by_key(reference.rows)
+    assert len(calls) == 2 * 4 * len(keys)  # once per key per batch, in each of the two
+    assert engine.store.cold == {} and engine.store.calls["cold"] == 0
