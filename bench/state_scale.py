@@ -75,16 +75,41 @@ def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, ev
     try:
         write_batch(source, 0, range(1))
         started = time.perf_counter()
-        query.processAllAvailable()
+        seen: dict[int, dict] = {}  # batch id -> progress, kept as they come (recentProgress keeps the last 100)
+        done = _waiter(query, every_batch, seen)
+        done(1, 1)
         load_s = time.perf_counter() - started
         for index in range(1, repeats + 1):
             write_batch(source, index, range(touched))
-            query.processAllAvailable()
-        progress = [p for p in query.recentProgress if p["numInputRows"] == touched]
+            done(touched, index)
+        seen.update((p["batchId"], p) for p in query.recentProgress)
+        progress = [p for _, p in sorted(seen.items()) if p["numInputRows"] == touched]
     finally:
         query.stop()
     batch_ms = [p["durationMs"]["triggerExecution"] for p in progress]
     return {"keys_in_state": keys_in_state, "load_s": round(load_s, 1), "batch_ms": batch_ms, "median_ms": statistics.median(batch_ms)}
+
+
+def _waiter(query, every_batch: bool, seen: dict[int, dict]):
+    """``done(rows, count)``: wait until the query has processed the file just written.
+    processAllAvailable never returns over every-batch state (each batch asks for another),
+    so there the progress reports are watched for the ``count``-th batch of ``rows`` rows."""
+    if not every_batch:
+        return lambda rows, count: query.processAllAvailable()
+
+    def done(rows: int, count: int, limit_s: float = 1800) -> None:
+        deadline = time.monotonic() + limit_s
+        while True:
+            seen.update((p["batchId"], p) for p in query.recentProgress)
+            if sum(p["numInputRows"] == rows for p in seen.values()) >= count:
+                return
+            if query.exception() is not None:
+                raise query.exception()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no batch of {rows} rows within {limit_s} s")
+            time.sleep(0.2)
+
+    return done
 
 
 def main() -> None:

@@ -45,8 +45,9 @@ Semantics, per micro-batch (:meth:`StateTester.run_batch`):
    the deadline) is called once with no value: for the spec's idle ``timeout`` the call is
    timing out (``update``/``remove`` raise) and the key is removed after it (also when the call
    raised that way); for a timestamp the function set, the call may update, remove or keep the
-   state (kept with no timer unless it sets one); a call that raises otherwise is dead-lettered
-   and tried again one timeout later;
+   state (kept with no timer unless it sets one); a call that raises otherwise is dead-lettered,
+   and the key keeps its state: an idle timeout is tried again one timeout later, a timer the
+   function set is not (the key waits for new data);
 4. in event time the watermark then moves to ``max event time seen - watermark delay``; when it
    moved, a data-less batch runs step 3 with the new watermark (as Spark's no-data batch does).
 
