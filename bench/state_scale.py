@@ -73,16 +73,14 @@ def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, ev
         .start()
     )
     try:
+        seen: dict[int, dict] = {}  # batch id -> progress, kept as they come (recentProgress keeps the last 100)
         write_batch(source, 0, range(1))
         started = time.perf_counter()
-        seen: dict[int, dict] = {}  # batch id -> progress, kept as they come (recentProgress keeps the last 100)
-        done = _waiter(query, every_batch, seen)
-        done(1, 1)
+        _wait_for_batches(query, seen, rows=1, count=1)
         load_s = time.perf_counter() - started
         for index in range(1, repeats + 1):
             write_batch(source, index, range(touched))
-            done(touched, index)
-        seen.update((p["batchId"], p) for p in query.recentProgress)
+            _wait_for_batches(query, seen, rows=touched, count=index)
         progress = [p for _, p in sorted(seen.items()) if p["numInputRows"] == touched]
     finally:
         query.stop()
@@ -90,26 +88,20 @@ def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, ev
     return {"keys_in_state": keys_in_state, "load_s": round(load_s, 1), "batch_ms": batch_ms, "median_ms": statistics.median(batch_ms)}
 
 
-def _waiter(query, every_batch: bool, seen: dict[int, dict]):
-    """``done(rows, count)``: wait until the query has processed the file just written.
-    processAllAvailable never returns over every-batch state (each batch asks for another),
-    so there the progress reports are watched for the ``count``-th batch of ``rows`` rows."""
-    if not every_batch:
-        return lambda rows, count: query.processAllAvailable()
-
-    def done(rows: int, count: int, limit_s: float = 1800) -> None:
-        deadline = time.monotonic() + limit_s
-        while True:
-            seen.update((p["batchId"], p) for p in query.recentProgress)
-            if sum(p["numInputRows"] == rows for p in seen.values()) >= count:
-                return
-            if query.exception() is not None:
-                raise query.exception()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no batch of {rows} rows within {limit_s} s")
-            time.sleep(0.2)
-
-    return done
+def _wait_for_batches(query, seen: dict[int, dict], rows: int, count: int, limit_s: float = 1800) -> None:
+    """Wait until ``count`` batches of ``rows`` rows are among the query's progress reports,
+    gathered into ``seen`` by batch id. Not processAllAvailable: over every-batch state it never
+    returns (each batch asks for another)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        seen.update((p["batchId"], p) for p in query.recentProgress)
+        if sum(p["numInputRows"] == rows for p in seen.values()) >= count:
+            return
+        if query.exception() is not None:
+            raise query.exception()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no batch of {rows} rows within {limit_s} s")
+        time.sleep(0.2)
 
 
 def main() -> None:
@@ -140,8 +132,9 @@ def main() -> None:
     print(f"{'keys in state':>14} {'load s':>8} {'batch ms (median)':>18}  batches ms")
     for row in (small, large):
         print(f"{row['keys_in_state']:>14,} {row['load_s']:>8} {row['median_ms']:>18,.0f}  {row['batch_ms']}")
-    verdict = "goal met" if ratio < 1.5 else "goal missed"
-    print(f"batch time with {args.large:,} keys vs {args.small:,}, same {args.touched:,}-record batch: {ratio:.2f}x ({verdict}: < 1.5x)")
+    # The goal is map_with_state's; update_state_by_key's cost follows the state by definition.
+    verdict = "no goal" if args.every_batch else ("goal met: < 1.5x" if ratio < 1.5 else "goal missed: < 1.5x")
+    print(f"batch time with {args.large:,} keys vs {args.small:,}, same {args.touched:,}-record batch: {ratio:.2f}x ({verdict})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"small": small, "large": large, "ratio": round(ratio, 3), "touched": args.touched}, indent=2))
 
