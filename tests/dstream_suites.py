@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from streamstate.jobs.state import StateSpec
+from streamstate.jobs.state.tester import StateTester
 
 SECOND = 1000
 
@@ -100,6 +101,15 @@ def fold_states(batches: list[list[tuple]], initial: list | None = None) -> list
                     state[key] = json.loads(payload)
         after.append(dict(state))
     return after
+
+
+def run_on_tester(case: SuiteCase, batches: list[list[str]], processing_times_ms: list[int]) -> list[list[tuple]]:
+    """Each batch's rows on the in-memory tester, at the given batch times."""
+    tester = StateTester(case.spec)
+    return [
+        [tuple(row) for row in tester.run_batch([(word, 1) for word in words], processing_time_ms=time)]
+        for words, time in zip(batches, processing_times_ms)
+    ]
 
 
 def assert_meets_suite(case: SuiteCase, batches: list[list[tuple]]) -> None:

@@ -23,8 +23,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from streamstate.jobs.state import StateSpec, map_with_state, update_state_by_key
-from streamstate.jobs.state.tester import StateTester, by_key
-from tests.dstream_suites import CASES, SuiteCase, assert_meets_suite
+from streamstate.jobs.state.tester import by_key
+from tests.dstream_suites import CASES, SuiteCase, assert_meets_suite, run_on_tester
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -112,11 +112,7 @@ def test_spark_suite_cases_on_a_streaming_query(spark, tmp_path):
             ]
         else:
             on_spark = [[row[1:] for row in rows[step] if row[0] == case.name] for step in range(len(batches))]
-        tester = StateTester(case.spec)
-        on_tester = [
-            [tuple(row) for row in tester.run_batch([(w, 1) for w in words], processing_time_ms=time)]
-            for words, time in zip(batches, batch_times)
-        ]
+        on_tester = run_on_tester(case, batches, batch_times)
         for step, (spark_rows, tester_rows) in enumerate(zip(on_spark, on_tester)):
             assert by_key(spark_rows) == by_key(tester_rows), f"{case.name}: batch {step} differs from the tester"
         if case.processing_times_ms is None:

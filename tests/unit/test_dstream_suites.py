@@ -8,21 +8,13 @@ import pytest
 from streamstate.jobs.state import StateSpec, StateUsageError
 from streamstate.jobs.state.state import StateDriver
 from streamstate.jobs.state.tester import StateTester, by_key
-from tests.dstream_suites import CASES, SuiteCase, assert_meets_suite
-
-
-def run_on_tester(case: SuiteCase, processing_times_ms: list[int] | None = None) -> list[list[tuple]]:
-    tester = StateTester(case.spec)
-    times = processing_times_ms or case.processing_times_ms or [0] * len(case.batches)
-    return [
-        [tuple(row) for row in tester.run_batch([(word, 1) for word in words], processing_time_ms=time)]
-        for words, time in zip(case.batches, times)
-    ]
+from tests.dstream_suites import CASES, assert_meets_suite, run_on_tester
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_spark_suite_case_on_the_tester(case):
-    assert_meets_suite(case, run_on_tester(case))
+    times = case.processing_times_ms or [0] * len(case.batches)
+    assert_meets_suite(case, run_on_tester(case, case.batches, times))
 
 
 def test_state_get_exists_update_remove_as_spark_defines_them():
