@@ -45,7 +45,7 @@ deps: broker-deps               ## and MinIO, for s3a:// checkpoints (PROFILE=pr
 	bash infra/deps/install-minio.sh
 
 versions: setup                 ## re-render docker-compose.yml and the Dockerfiles from infra/versions.env
-	$(BIN)/python -m streamstate.version_pins
+	$(BIN)/python -m streamstate.stack.version_pins
 
 bench: deps                     ## benchmarks: prints a table, writes bench/results.json
 	$(BIN)/python infra/locked_requirements.py --extra test --extra bench > $(VENV)/requirements-bench.txt

@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.measure import connector_description
     from streamstate.jobs.spark import build_spark
     from streamstate.settings import Settings
-    from streamstate.stack import EmbeddedStack
+    from streamstate.stack.launcher import EmbeddedStack
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))

@@ -252,7 +252,7 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
     import httpx
 
     from streamstate.settings import Settings
-    from streamstate.stack import EmbeddedStack, free_port
+    from streamstate.stack.launcher import EmbeddedStack, free_port
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port(), api_store_path=workdir / "api-store")

@@ -2,13 +2,13 @@
 
     .venv/bin/python -m bench.cluster_throughput [--events 300000] [--seed 7] [--out PATH]
 
-1. starts Apache Kafka (KRaft, :meth:`streamstate.stack.EmbeddedStack.start_broker`) and
+1. starts Apache Kafka (KRaft, :meth:`streamstate.stack.launcher.EmbeddedStack.start_broker`) and
    produces ``--events`` user events (``events / 10`` users, fixed seed, no bad records:
    :mod:`bench.dataset`) to a 4-partition topic;
 2. ``local[2]``: a SparkSession in this process, one ``availableNow`` run of the sessions
    job over the whole topic (fresh checkpoint and output topics);
 3. ``cluster``: a standalone master and two 1-core workers from the PySpark installation
-   (:mod:`streamstate.jobs.standalone`), a driver in this process with ``--master spark://``
+   (:mod:`tests.standalone`), a driver in this process with ``--master spark://``
    and the project's wheel shipped to the executors; the same run on the same topic;
 4. prints rows/s of both (rows / the batch's ``triggerExecution``, SparkSession start-up
    excluded) and writes them as JSON with the machine's cores and load average.
@@ -33,9 +33,9 @@ from bench.measure import fresh_outputs, query_figures
 from streamstate.jobs import sessions_job
 from streamstate.jobs.runner import start_query
 from streamstate.jobs.spark import build_spark
-from streamstate.jobs.standalone import StandaloneCluster
+from tests.standalone import StandaloneCluster
 from streamstate.settings import Settings
-from streamstate.stack import EmbeddedStack
+from streamstate.stack.launcher import EmbeddedStack
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cluster_throughput.json"
 DEFAULT_EVENTS = 300_000

@@ -22,8 +22,8 @@ OUTPUT_TOPICS = ("topic_alerts", "topic_sessions", "topic_session_state", "topic
 
 
 def broker_description() -> str:
-    """The broker every figure runs on: Apache Kafka as a native KRaft broker (:meth:`streamstate.stack.EmbeddedStack.start_broker`)."""
-    from streamstate.deps import versions
+    """The broker every figure runs on: Apache Kafka as a native KRaft broker (:meth:`streamstate.stack.launcher.EmbeddedStack.start_broker`)."""
+    from streamstate.stack.binaries import versions
 
     return f"Apache Kafka {versions()['KAFKA_VERSION']} (KRaft, native, data on disk), loopback"
 

@@ -8,8 +8,8 @@ in the same run and the same SparkSession (which carries the connector and S3A j
 two sets of rows sit side by side. Both profiles run the same broker and connector and differ
 only in where checkpoints go: here s3a:// in MinIO instead of the local disk. The broker (a
 second one of the same build, so the datasets start on fresh topics) and MinIO are the
-production profile's native servers (:class:`streamstate.stack.EmbeddedStack` with
-:data:`streamstate.profiles.PRODUCTION`), started for this figure and stopped after it.
+production profile's native servers (:class:`streamstate.stack.launcher.EmbeddedStack` with
+:data:`streamstate.stack.profiles.PRODUCTION`), started for this figure and stopped after it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from bench.anomalies_throughput import anomalies_job_once
 from bench.dataset import produce_metrics, produce_user_events
 from bench.measure import broker_description, connector_description, repeat
 from bench.sessions_throughput import sessions_job_once
-from streamstate.profiles import PRODUCTION
+from streamstate.stack.profiles import PRODUCTION
 from streamstate.settings import Settings
-from streamstate.stack import EmbeddedStack
+from streamstate.stack.launcher import EmbeddedStack
 
 BUCKET = "streamstate"
 
@@ -82,6 +82,6 @@ def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed
 
 
 def _version(key: str) -> str:
-    from streamstate.deps import versions
+    from streamstate.stack.binaries import versions
 
     return versions()[key]

@@ -35,10 +35,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from bench.__main__ import SEED
 from streamstate.contracts import Metric, UserEvent
 from streamstate.jobs import anomalies_job, sessions_job
-from streamstate.jobs.state.buckets import TICK_MS, MemoryBucketStore
-from streamstate.jobs.state.keyrun import INPUT_COLUMNS, Plan
-from streamstate.jobs.state.packing import BLOB, BUCKET, pack
-from streamstate.jobs.state.processor import BucketProcessor
+from streamstate.state.buckets import TICK_MS, MemoryBucketStore
+from streamstate.state.keyrun import INPUT_COLUMNS, Plan
+from streamstate.state.packing import BLOB, BUCKET, pack
+from streamstate.state.processor import BucketProcessor
 from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, validated_schema, with_dead_letters
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator
 from streamstate.settings import Settings

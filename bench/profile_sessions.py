@@ -70,7 +70,7 @@ def main() -> None:
     from bench.sessions_throughput import sessions_job_once
     from streamstate.jobs.spark import build_spark
     from streamstate.settings import Settings
-    from streamstate.stack import EmbeddedStack
+    from streamstate.stack.launcher import EmbeddedStack
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     collapsed = workdir / "sessions.collapsed"

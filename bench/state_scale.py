@@ -53,7 +53,7 @@ def write_batch(directory: Path, index: int, keys: range) -> None:
 def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, every_batch: bool = False) -> dict:
     from pyspark.sql import functions as F
 
-    from streamstate.jobs.state import StateSpec, map_with_state, update_state_by_key
+    from streamstate.state import StateSpec, map_with_state, update_state_by_key
 
     name = f"{'every-batch-' if every_batch else ''}{keys_in_state}"
     source = workdir / f"in-{name}"

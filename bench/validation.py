@@ -46,7 +46,7 @@ BAD_SHARE = 0.03
 
 
 def per_record_batch(batch: pa.RecordBatch, model, arrow_schema: pa.Schema, names: list[str], max_clock_skew_ms: int) -> pa.RecordBatch:
-    """The validation step before the fast path (spark-jobs/validation.py until this benchmark): the baseline."""
+    """The validation step before the fast path (streamstate/jobs/validation.py until this benchmark): the baseline."""
     columns: dict[str, list] = {f.name: [] for f in arrow_schema}
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()

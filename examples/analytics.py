@@ -2,7 +2,7 @@
 
 The state is a typed record (:class:`Analytics`); its ``avg`` is part of every snapshot.
 
-    python -m streamstate.examples.analytics --topic metrics
+    python -m examples.analytics --topic metrics
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from pydantic import BaseModel, computed_field
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import main_for, read_json_topic
-from streamstate.jobs.state import StateResult, update_state_by_key
+from examples.runner import main_for, read_json_topic
+from streamstate.state import StateResult, update_state_by_key
 from streamstate.settings import Settings
 
 SCHEMA = "series_id STRING, ts LONG, value DOUBLE"

@@ -5,7 +5,7 @@ LEARNING; after that a value more than 3 population standard deviations from the
 mean (the new value included) is an ANOMALY (with a standard deviation of 0: any value other
 than the mean).
 
-    python -m streamstate.examples.anomalies --topic metrics
+    python -m examples.anomalies --topic metrics
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import math
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import main_for, read_json_topic
-from streamstate.jobs.state import State, StateResult, StateSpec, map_with_state
+from examples.runner import main_for, read_json_topic
+from streamstate.state import State, StateResult, StateSpec, map_with_state
 from streamstate.settings import Settings
 
 SCHEMA = "series_id STRING, ts LONG, value DOUBLE"

@@ -3,15 +3,15 @@
 Each session start and page view updates the user's behaviour and emits it; a user idle for
 30 minutes (event time) gets a final ``user_summary`` and is removed.
 
-    python -m streamstate.examples.behaviour --topic user-events
+    python -m examples.behaviour --topic user-events
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import EVENT_TIME, main_for, read_json_topic
-from streamstate.jobs.state import State, StateResult, StateSpec, map_with_state
+from examples.runner import EVENT_TIME, main_for, read_json_topic
+from streamstate.state import State, StateResult, StateSpec, map_with_state
 from streamstate.settings import Settings
 
 SCHEMA = "user_id STRING, type STRING, ts LONG"

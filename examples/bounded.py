@@ -3,15 +3,15 @@
 Per key, a count per distinct value; above 1000 entries the map is trimmed to the 800 most
 frequent. Emits (key, entries); an idle key (1 hour) emits (key, -1) and is removed.
 
-    python -m streamstate.examples.bounded --topic items
+    python -m examples.bounded --topic items
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import main_for, read_json_topic
-from streamstate.jobs.state import State, StateResult, StateSpec, map_with_state
+from examples.runner import main_for, read_json_topic
+from streamstate.state import State, StateResult, StateSpec, map_with_state
 from streamstate.settings import Settings
 
 SCHEMA = "key STRING, item STRING"

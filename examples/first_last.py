@@ -3,15 +3,15 @@
 For each user: the current activity and when it started and last happened. An event of the
 same activity widens the span; an event of another activity after the span starts a new one.
 
-    python -m streamstate.examples.first_last --topic activities
+    python -m examples.first_last --topic activities
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import main_for, read_json_topic
-from streamstate.jobs.state import StateResult, update_state_by_key
+from examples.runner import main_for, read_json_topic
+from streamstate.state import StateResult, update_state_by_key
 from streamstate.settings import Settings
 
 SCHEMA = "user STRING, timestamp LONG, activity STRING"

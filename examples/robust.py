@@ -4,15 +4,15 @@
 unchanged sum. ``strict_sum`` does not catch: the state API then sends the record with its
 error to the dead letters and keeps the key's previous state, and the query keeps running.
 
-    python -m streamstate.examples.robust --topic numbers
+    python -m examples.robust --topic numbers
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import main_for, read_json_topic
-from streamstate.jobs.state import State, StateResult, StateSpec, map_with_state
+from examples.runner import main_for, read_json_topic
+from streamstate.state import State, StateResult, StateSpec, map_with_state
 from streamstate.settings import Settings
 
 SCHEMA = "key STRING, number STRING"

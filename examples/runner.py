@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from streamstate.jobs.kafka import read_kafka
 from streamstate.jobs.spark import build_spark
-from streamstate.jobs.state import StateResult
+from streamstate.state import StateResult
 from streamstate.settings import Settings
 
 EVENT_TIME = "event_time"

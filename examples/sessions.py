@@ -6,15 +6,15 @@ calls for every key in every batch; here the events' own times are used, so a re
 same sessions, and the engine's event-time timeout calls an idle session once, instead of every
 batch (``every_batch=False``).
 
-    python -m streamstate.examples.sessions --topic user-events
+    python -m examples.sessions --topic user-events
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streamstate.examples.runner import EVENT_TIME, main_for, read_json_topic
-from streamstate.jobs.state import StateResult, update_state_by_key
+from examples.runner import EVENT_TIME, main_for, read_json_topic
+from streamstate.state import StateResult, update_state_by_key
 from streamstate.settings import Settings
 
 SCHEMA = "user_id STRING, type STRING, ts LONG"

@@ -3,7 +3,7 @@
 Lines of text arrive as ``{"line": "..."}``; words are counted across batches, starting from
 ``dummy=100, source=32`` as in the seed's ``initialRDD``.
 
-    python -m streamstate.examples.word_count --topic lines
+    python -m examples.word_count --topic lines
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamstate.examples.runner import main_for, read_json_topic
-from streamstate.jobs.state import State, StateResult, StateSpec, map_with_state, update_state_by_key
+from examples.runner import main_for, read_json_topic
+from streamstate.state import State, StateResult, StateSpec, map_with_state, update_state_by_key
 from streamstate.settings import Settings
 
 SCHEMA = "line STRING"

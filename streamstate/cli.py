@@ -15,8 +15,8 @@ from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
 from streamstate.cli_common import add_kafka_options, add_version, setting_error, settings_from_args
-from streamstate.job_registry import JOBS
-from streamstate.profiles import PROFILES
+from streamstate.jobs.registry import JOBS
+from streamstate.stack.profiles import PROFILES
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.kafka_clients import masked_json, reason, wait_for_broker
 from streamstate.topics import TopicSpec, create_topics, existing_topics, load_topics
@@ -79,8 +79,8 @@ def topics_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_up(args: argparse.Namespace, settings: Settings) -> int:
     """The whole pipeline, in the chosen profile, until Ctrl-C."""
-    from streamstate.deps import DependencyMissing
-    from streamstate.up import up
+    from streamstate.stack.binaries import DependencyMissing
+    from streamstate.stack.up import up
 
     try:
         return up(settings, producers=not args.no_producers, profile=PROFILES[args.profile])
@@ -114,7 +114,7 @@ def _cell(text: str) -> str:
 
 
 def list_jobs(args: argparse.Namespace, settings: Settings) -> int:
-    """The declared jobs (streamstate/job_registry.py): what each reads, writes and serves."""
+    """The declared jobs (streamstate/jobs/registry.py): what each reads, writes and serves."""
     for name, spec in JOBS.items():
         outputs = ", ".join(f"{kind} -> {topic}" for kind, topic in spec.output_topics(settings).items())
         queries = ", ".join([name, *(extra.name for extra in spec.extra_queries)])

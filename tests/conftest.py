@@ -17,9 +17,9 @@ import uuid
 import pytest
 
 from streamstate.kinesis import ensure_local_credentials
-from streamstate.profiles import EMBEDDED, PRODUCTION
+from streamstate.stack.profiles import EMBEDDED, PRODUCTION
 from streamstate.settings import Settings
-from streamstate.stack import EmbeddedStack, free_port, pid_alive
+from streamstate.stack.launcher import EmbeddedStack, free_port, pid_alive
 from streamstate.topics import TopicSpec, create_topics
 
 _started_pids: list[int] = []

@@ -4,7 +4,7 @@ Each :class:`SuiteCase` is one test of Spark's ``MapWithStateSuite`` or one ``up
 test of its ``BasicOperationsSuite``: the batches of words (each word a record with value 1, as
 the suites' ``s.map(x => (x, 1))``), the function, and what Spark expects after each batch (the
 outputs, and for mapWithState the whole state). ``tests/unit/test_dstream_suites.py`` runs them
-through the in-memory :class:`~streamstate.jobs.state.tester.StateTester`;
+through the in-memory :class:`~streamstate.state.tester.StateTester`;
 ``tests/integration/test_dstream_suites_on_spark.py`` runs them as real streaming queries.
 
 Cases of those suites that cannot apply to Structured Streaming, and why:
@@ -33,8 +33,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.tester import StateTester
+from streamstate.state import StateSpec
+from streamstate.state.tester import StateTester
 
 SECOND = 1000
 

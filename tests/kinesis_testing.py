@@ -161,7 +161,7 @@ def produce_scenario_to_kinesis(settings: Settings, scenario) -> list:
     """The scenario's records into the Kinesis streams named by ``settings``' input topics (in order,
     through the project's Kinesis producer); returns them as the reference's SourceRecords:
     topic = stream, partition = shard number, offset = ordinal, with arrival time and sequence number."""
-    from streamstate.jobs.rules.reference import SourceRecord
+    from tests.reference_rules import SourceRecord
     from streamstate.producers.kinesis_writer import produce_records
     from streamstate.producers.records import ProducedRecord
 

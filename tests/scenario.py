@@ -3,7 +3,7 @@
 A fixed-seed mix of user sessions (with duplicates, late events and malformed records)
 and metric series (with injected anomalies and malformed points) is produced to the input
 topics; the delivery reports give every record's (partition, offset), and the plain-Python
-reference (:mod:`streamstate.jobs.rules.reference`) computes from those exact records what
+reference (:mod:`tests.reference_rules`) computes from those exact records what
 the jobs must write. :func:`collect_outputs` reads the output topics (and optionally the
 API) until they match or stop changing; :func:`assert_outputs_match` compares exactly.
 """
@@ -21,7 +21,7 @@ from typing import Sequence
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streamstate.contracts import Alert, ClosedSession, DeadLetter, MetricSnapshot, SessionSnapshot
-from streamstate.jobs.rules.reference import PipelineOutputs, SourceRecord, run_reference
+from tests.reference_rules import PipelineOutputs, SourceRecord, run_reference
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator, interleave
 from streamstate.settings import Settings, defaults
 from streamstate.topics import load_topics
@@ -249,7 +249,7 @@ def collect_outputs(
 
 def start_jobs_in_process(spark, settings: Settings) -> list:
     """Every declared job's main query on the shared SparkSession (sessions first)."""
-    from streamstate.job_registry import JOBS
+    from streamstate.jobs.registry import JOBS
     from streamstate.jobs.runner import start_query
 
     return [

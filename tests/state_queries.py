@@ -1,7 +1,7 @@
 """Test support for the state API on real Spark: produce JSON records, run a query, collect its rows.
 
 Used by the integration tests only, so it lives here and not in the package (the public way to
-test a state function without Spark is :mod:`streamstate.jobs.state.tester`).
+test a state function without Spark is :mod:`streamstate.state.tester`).
 
 A :class:`RowCollector` runs ONE streaming query on ``StateResult.all`` and keeps every row
 (``kind, key, payload, reason, topic, partition, offset``) in arrival order, batch by batch.
@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 
-from streamstate.jobs.state.api import StateResult
+from streamstate.state.operators import StateResult
 from streamstate.kafka_clients import producer_config
 
 

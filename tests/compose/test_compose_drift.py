@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from streamstate import deps
-from streamstate.production import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3Credentials
-from streamstate.profiles import PRODUCTION
+from streamstate.stack import binaries
+from streamstate.stack.servers import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3Credentials
+from streamstate.stack.profiles import PRODUCTION
 from streamstate.settings import REPO_ROOT, Settings
-from streamstate.stack import EmbeddedStack, object_store_settings
+from streamstate.stack.launcher import EmbeddedStack, object_store_settings
 from tests.compose.compose_files import VARIABLE, Dockerfile, compose, compose_defaults, image_tag
 
 SERVICES = compose()["services"]
-VERSIONS = deps.versions()
+VERSIONS = binaries.versions()
 
 # Each compose service and the launcher method (EmbeddedStack, or the tests' StandaloneCluster)
 # that runs its part natively; None: compose only, for the reason given.
@@ -91,7 +91,7 @@ def native_production_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_every_compose_service_runs_natively_or_says_why_not():
-    from streamstate.jobs.standalone import StandaloneCluster
+    from tests.standalone import StandaloneCluster
 
     assert set(SERVICES) == set(NATIVE_COUNTERPART), "a compose service was added or removed: declare its native counterpart"
     for service, counterpart in NATIVE_COUNTERPART.items():
@@ -117,11 +117,11 @@ def test_compose_runs_the_releases_of_infra_versions_env():
 
 def test_the_native_install_is_those_releases():
     # make test installs these (make deps); ensure() only checks the stamp then.
-    kafka_jars = deps.ensure("kafka") / "libs"
+    kafka_jars = binaries.ensure("kafka") / "libs"
     assert (kafka_jars / f"kafka_2.13-{VERSIONS['KAFKA_VERSION']}.jar").is_file(), sorted(p.name for p in kafka_jars.iterdir())[:5]
-    minio = subprocess.run([str(deps.minio_binary()), "--version"], capture_output=True, text=True, timeout=30)
+    minio = subprocess.run([str(binaries.minio_binary()), "--version"], capture_output=True, text=True, timeout=30)
     assert f"minio version {VERSIONS['MINIO_RELEASE']} " in minio.stdout, minio.stdout
-    jars = {p.name for p in deps.spark_jars()}
+    jars = {p.name for p in binaries.spark_jars()}
     assert f"spark-sql-kafka-0-10_{VERSIONS['SCALA_BINARY_VERSION']}-{VERSIONS['SPARK_VERSION']}.jar" in jars
     assert any(name.startswith("hadoop-aws-") for name in jars)
 
@@ -129,7 +129,7 @@ def test_the_native_install_is_those_releases():
 def test_the_native_prometheus_is_the_compose_release():
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.fail("prometheus is not installed: `make test` installs it (infra/install-test-deps.sh)")
+        pytest.fail("prometheus is not installed: `make test` installs it (infra/install-test-binaries.sh)")
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
     version = re.search(r"prometheus, version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
     assert version and version[1] == VERSIONS["PROMETHEUS_VERSION"], out.stdout + out.stderr

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamstate.job_registry import JOBS
-from streamstate.observability import COMPOSE_TARGETS
+from streamstate.jobs.registry import JOBS
+from streamstate.stack.observability import COMPOSE_TARGETS
 from streamstate.settings import REPO_ROOT
 from tests.compose.compose_files import (
     COMPOSE_FILE,

@@ -28,7 +28,7 @@ import urllib.request
 import pytest
 
 from streamstate.settings import REPO_ROOT, Settings
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, compose_defaults
 
 PROJECT = "streamstate-compose-test"

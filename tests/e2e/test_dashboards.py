@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.observability import PanelQuery, load_dashboards, panel_queries
+from streamstate.stack.observability import PanelQuery, load_dashboards, panel_queries
 from streamstate.settings import REPO_ROOT
-from streamstate.stack import EmbeddedStack, free_port
+from streamstate.stack.launcher import EmbeddedStack, free_port
 from streamstate.topics import TopicSpec, create_topics, load_topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer
 
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from tests.api_builders import alert, metric_snapshot, session_snapshot
 from tests.integration.api_harness import ApiProcess, publish, wait_until
 

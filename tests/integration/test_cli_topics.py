@@ -6,7 +6,7 @@ import subprocess
 import sys
 import uuid
 
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from streamstate.topics import existing_topics
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from streamstate.jobs.state import StateSpec, map_with_state, update_state_by_key
-from streamstate.jobs.state.tester import by_key
+from streamstate.state import StateSpec, map_with_state, update_state_by_key
+from streamstate.state.tester import by_key
 from tests.dstream_suites import CASES, SuiteCase, assert_meets_suite, run_on_tester
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

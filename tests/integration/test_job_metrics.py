@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamstate.jobs.metrics import JobMetrics
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from tests.integration.addresses import external_address
 from tests.integration.api_harness import wait_until
 

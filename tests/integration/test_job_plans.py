@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.job_registry import JOBS
+from streamstate.jobs.registry import JOBS
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from streamstate import kafka_clients as kc
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from tests.integration.api_harness import ApiProcess, make_topics, publish, wait_until
 from tests.integration.kafka_proxy import ClientIdProxy
 from tests.integration.kafka_testing import collect_batches, produce, read_topic

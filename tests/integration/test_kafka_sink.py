@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from streamstate.jobs.kafka import KafkaConnectorUnavailable, kafka_sink_options, read_kafka, write_kafka
 from streamstate.jobs.kafka.connector import jvm_class_loads
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from tests.integration.kafka_testing import produce, read_topic
 
 pytestmark = pytest.mark.spark

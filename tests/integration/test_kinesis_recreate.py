@@ -132,7 +132,7 @@ def test_a_stream_recreated_while_the_query_runs_fails_its_next_batch(spark, kin
 def test_the_job_stops_with_exit_2_on_a_recreated_stream_or_starts_over(kinesis_settings, stack, new_topic, new_stream, tmp_path):
     # As tests/reliability/test_source_reset.py for a Kafka topic, with the anomalies job (a real
     # process, the runner deciding) reading its metrics from Kinesis.
-    from streamstate.stack import free_port
+    from streamstate.stack.launcher import free_port
     from tests.reliability.test_source_reset import latest, points
     from tests.scenario import pipeline_topics
 

@@ -19,7 +19,7 @@ from streamstate.producers.generators import MetricGenerator, ProducedRecord, Us
 from streamstate.kafka_clients import reader_config
 from streamstate.producers.kafka_writer import produce_records
 from streamstate.producers.scenario import read_scenario
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 from streamstate.topics import existing_topics
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from streamstate import deps
+from streamstate.stack import binaries
 from streamstate.jobs.spark import s3a_conf
-from streamstate.s3 import S3, S3Error
+from streamstate.stack.s3 import S3, S3Error
 from streamstate.settings import Settings
 from tests.integration.addresses import external_address
 
@@ -30,7 +30,7 @@ def test_the_session_has_the_connector_and_s3a_and_no_kill_links(spark):
     conf = spark.sparkContext.getConf()
     assert conf.get("spark.ui.killEnabled") == "false"
     jars = {Path(path).name for path in conf.get("spark.jars", "").split(",") if path}
-    versions = deps.versions()
+    versions = binaries.versions()
     assert f"spark-sql-kafka-0-10_{versions['SCALA_BINARY_VERSION']}-{versions['SPARK_VERSION']}.jar" in jars
     assert any(name.startswith("hadoop-aws-") for name in jars)
     assert not any(name.startswith("bundle-") for name in jars), "the 600 MB AWS SDK bundle is not needed"
@@ -42,10 +42,10 @@ def test_the_session_has_the_connector_and_s3a_and_no_kill_links(spark):
 
 
 def test_hadoop_aws_is_the_wheels_hadoop(spark):
-    resolved = dict(line.split("=", 1) for line in (deps.ensure("spark-jars") / "RESOLVED").read_text().split())
+    resolved = dict(line.split("=", 1) for line in (binaries.ensure("spark-jars") / "RESOLVED").read_text().split())
     classpath_hadoop = spark.sparkContext._jvm.org.apache.hadoop.util.VersionInfo.getVersion()
     assert resolved["HADOOP_VERSION"] == classpath_hadoop
-    assert (deps.ensure("spark-jars") / f"hadoop-aws-{classpath_hadoop}.jar").is_file()
+    assert (binaries.ensure("spark-jars") / f"hadoop-aws-{classpath_hadoop}.jar").is_file()
 
 
 def test_s3a_conf_passes_the_credentials_to_executors_and_is_empty_without_an_endpoint():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from streamstate.stack import EmbeddedStack, pid_alive
+from streamstate.stack.launcher import EmbeddedStack, pid_alive
 from streamstate.topics import existing_topics, load_topics
 
 
@@ -37,7 +37,7 @@ def test_stop_ends_every_process_it_started(tmp_path):
 LAUNCHER = """
 import sys, time
 from pathlib import Path
-from streamstate.stack import EmbeddedStack
+from streamstate.stack.launcher import EmbeddedStack
 stack = EmbeddedStack(workdir=Path(sys.argv[1]), quiet=True)
 stack.start_broker()
 print(stack.processes["broker"].pid, flush=True)

@@ -8,10 +8,10 @@ import pytest
 from pydantic import BaseModel
 from pyspark.errors import StreamingQueryException
 
-from streamstate.examples.runner import EVENT_TIME, read_json_topic
-from streamstate.jobs.state import StateSpec, map_with_state
-from streamstate.jobs.state.keyrun import OUTPUT_SCHEMA
-from streamstate.jobs.state.tester import StateTester, by_key
+from examples.runner import EVENT_TIME, read_json_topic
+from streamstate.state import StateSpec, map_with_state
+from streamstate.state.keyrun import OUTPUT_SCHEMA
+from streamstate.state.tester import StateTester, by_key
 from tests.state_queries import RowCollector, kinds, produce_json
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

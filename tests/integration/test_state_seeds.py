@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from streamstate.examples import anomalies, analytics, behaviour, bounded, first_last, robust, sessions, word_count
-from streamstate.examples.runner import read_json_topic
-from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.tester import by_key, run_map_with_state, run_update_state_by_key
+from examples import anomalies, analytics, behaviour, bounded, first_last, robust, sessions, word_count
+from examples.runner import read_json_topic
+from streamstate.state import StateSpec
+from streamstate.state.tester import by_key, run_map_with_state, run_update_state_by_key
 from tests.state_queries import RowCollector, kinds, produce_json
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streamstate.stack import EmbeddedStack, ManagedProcess
+from streamstate.stack.launcher import EmbeddedStack, ManagedProcess
 from tests.api_builders import session_snapshot
 from tests.integration.api_harness import publish, wait_until
 from tests.reliability.conftest import LARGE

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamstate.contracts import DEAD_LETTER_TEXT_LIMIT, ContractError, Metric, UserEvent, dead_letter_text, parse_input
-from streamstate.jobs.rules.reference import SourceRecord, dead_letter
+from tests.reference_rules import SourceRecord, dead_letter
 from tests.reliability.bad_records import bad_record
 
 KAFKA_DEFAULT_MAX_RECORD = 1_000_000

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from streamstate.contracts import DeadLetter, Metric, UserEvent
-from streamstate.jobs.rules.reference import run_reference
+from tests.reference_rules import run_reference
 from streamstate.producers.records import ProducedRecord, expected_reason
 from tests.reliability.bad_records import bad_record, huge_string, near_limit_value
 from tests.reliability.conftest import LARGE

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from streamstate.settings import Settings
-from streamstate.stack import EmbeddedStack, free_port
+from streamstate.stack.launcher import EmbeddedStack, free_port
 from tests.integration.api_harness import wait_until
 from tests.scenario import build_scenario, produce_scenario
 

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from streamstate.jobs.kafka.timestamps import SPARK_LIMIT_MS, exposed_topics
-from streamstate.jobs.rules.reference import SourceRecord
+from tests.reference_rules import SourceRecord
 from tests.scenario import build_scenario, differences, produce_scenario, run_jobs_in_process
 
 pytestmark = pytest.mark.spark

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamstate.jobs.outage import failure_message
 from streamstate.kafka_clients import broker_problem
-from streamstate.stack import free_port
+from streamstate.stack.launcher import free_port
 
 
 def test_a_live_broker_is_not_blamed(bootstrap):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from bench.peers import quix_anomalies, quix_sessions
-from streamstate.jobs.rules.reference import SourceRecord, run_reference
+from tests.reference_rules import SourceRecord, run_reference
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator
 from streamstate.settings import Settings
 

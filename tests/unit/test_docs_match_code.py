@@ -8,8 +8,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
-import streamstate.jobs.state.tester as tester_module
-from streamstate.jobs.kinds import Kind
+import streamstate.state.tester as tester_module
+from streamstate.kinds import Kind
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()

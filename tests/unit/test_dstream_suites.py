@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate.jobs.state import StateSpec, StateUsageError
-from streamstate.jobs.state.state import StateDriver
-from streamstate.jobs.state.tester import StateTester, by_key
+from streamstate.state import StateSpec, StateUsageError
+from streamstate.state.state import StateDriver
+from streamstate.state.tester import StateTester, by_key
 from tests.dstream_suites import CASES, assert_meets_suite, run_on_tester
 
 

@@ -1,4 +1,4 @@
-"""Each job is declared once (streamstate/job_registry.py): what the runner, routing, metrics,
+"""Each job is declared once (streamstate/jobs/registry.py): what the runner, routing, metrics,
 Prometheus, the launcher and the command lines know of a job comes from its JobSpec."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from streamstate.job_registry import JOBS, JobSpec, job_spec
+from streamstate.jobs.registry import JOBS, JobSpec, job_spec
 from streamstate.settings import Settings
 
 
@@ -48,7 +48,7 @@ THIRD_JOB = textwrap.dedent(
     """
     import json, sys
     from types import MappingProxyType
-    import streamstate.job_registry as registry
+    import streamstate.jobs.registry as registry
     clicks = registry.JobSpec(
         name="clicks", description="Clicks job: a third job.", builder="json:loads",
         inputs=("topic_user_events",), outputs={"click_count": "topic_event_counts"},
@@ -57,12 +57,12 @@ THIRD_JOB = textwrap.dedent(
     )
     registry.JOBS = MappingProxyType({**registry.JOBS, "clicks": clicks})
 
-    from streamstate.observability import COMPOSE_TARGETS, SCRAPE_JOBS, embedded_targets
+    from streamstate.stack.observability import COMPOSE_TARGETS, SCRAPE_JOBS, embedded_targets
     from streamstate.jobs.metrics import ALERT_KINDS_BY_JOB, JobMetrics
     from streamstate.jobs.routing import TOPIC_OF_KIND
     from streamstate.jobs.runner import _checkpoints, parse_args
     from streamstate.settings import Settings
-    from streamstate.up import input_streams
+    from streamstate.stack.up import input_streams
     from streamstate.cli import main
 
     args, settings = parse_args(clicks, ["--metrics-port", "19999"])

@@ -125,7 +125,7 @@ def test_streamstate_config_prints_the_options_with_secrets_masked(monkeypatch):
 
 
 def test_the_stack_hands_the_options_to_its_children_as_json(tmp_path):
-    from streamstate.stack import EmbeddedStack
+    from streamstate.stack.launcher import EmbeddedStack
 
     stack = EmbeddedStack(settings=settings(**SASL), workdir=tmp_path, quiet=True)
     env = stack.env()

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from streamstate.observability import (
+from streamstate.stack.observability import (
     ALERT_RULES_PATH,
     COMPOSE_CONFIG_PATH,
     prometheus_config,
@@ -19,7 +19,7 @@ from streamstate.settings import Settings
 
 def test_committed_compose_config_is_the_rendered_one():
     assert COMPOSE_CONFIG_PATH.read_text() == render_compose_prometheus_config(), (
-        "infra/prometheus/prometheus.yml is stale: run `python -m streamstate.observability`"
+        "infra/prometheus/prometheus.yml is stale: run `python -m streamstate.stack.observability`"
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from streamstate.jobs.rules.anomalies import AnomalyRule
 from streamstate.jobs.rules.sessions import SessionRule
-from streamstate.jobs.state import StateSpec
+from streamstate.state import StateSpec
 from streamstate.cli_common import setting_error
 from streamstate.settings import Settings, defaults
 

@@ -1,8 +1,8 @@
-"""What the stack launcher and the tests show of a process's log (streamstate.stack.ManagedProcess.tail)."""
+"""What the stack launcher and the tests show of a process's log (streamstate.stack.launcher.ManagedProcess.tail)."""
 
 from __future__ import annotations
 
-from streamstate.stack import fold_stack_frames
+from streamstate.stack.launcher import fold_stack_frames
 
 
 def test_a_log_tail_folds_jvm_stack_frames_into_counts():

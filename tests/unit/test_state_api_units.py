@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streamstate.jobs.state import State, StateSpec, StateTypeError, StateUsageError, duration_ms
-from streamstate.jobs.state.tester import StateTester, by_key, run_map_with_state, run_update_state_by_key
-from streamstate.jobs.state.state import StateCodec, one_line
+from streamstate.state import State, StateSpec, StateTypeError, StateUsageError, duration_ms
+from streamstate.state.tester import StateTester, by_key, run_map_with_state, run_update_state_by_key
+from streamstate.state.state import StateCodec, one_line
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,10 @@ from collections import Counter
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.buckets import TICK_MS, Bucket, MemoryBucketStore
-from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, Plan
-from streamstate.jobs.state.tester import StateTester, by_key
+from streamstate.state import StateSpec
+from streamstate.state.buckets import TICK_MS, Bucket, MemoryBucketStore
+from streamstate.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, Plan
+from streamstate.state.tester import StateTester, by_key
 
 
 class OneBucket:

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from streamstate.contracts import Alert
-from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state import Emit, StateSpec
-from streamstate.jobs.state.keyrun import KeyRun, Plan
-from streamstate.jobs.state.tester import StateTester
+from streamstate.kinds import Kind
+from streamstate.state import Emit, StateSpec
+from streamstate.state.keyrun import KeyRun, Plan
+from streamstate.state.tester import StateTester
 
 
 def engine_rows(spec: StateSpec, key, values) -> list[tuple]:

@@ -12,10 +12,10 @@ import math
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from streamstate.jobs.state import StateSpec
-from streamstate.jobs.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, KeyRun, Plan
-from streamstate.jobs.state.tester import StateTester, by_key
-from streamstate.jobs.state.state import DEAD_LETTER_VALUE_LIMIT, REASON_LIMIT, StateCodec
+from streamstate.state import StateSpec
+from streamstate.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, KeyRun, Plan
+from streamstate.state.tester import StateTester, by_key
+from streamstate.state.state import DEAD_LETTER_VALUE_LIMIT, REASON_LIMIT, StateCodec
 
 
 def as_json(spec: StateSpec, stored: bytes | None) -> str | None:

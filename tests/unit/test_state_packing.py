@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import given, settings as hsettings, strategies as st
 
-from streamstate.jobs.state.packing import BUCKET, pack, python_values, rows_by_key, unpack
+from streamstate.state.packing import BUCKET, pack, python_values, rows_by_key, unpack
 
 SCALAR_TYPES = {
     pa.int8(): st.integers(-(2**7), 2**7 - 1),

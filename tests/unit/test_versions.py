@@ -9,10 +9,10 @@ import tomllib
 
 import pytest
 
-from streamstate import deps, version_pins
+from streamstate.stack import binaries, version_pins
 from streamstate.settings import REPO_ROOT
 
-VERSIONS = deps.versions()
+VERSIONS = binaries.versions()
 
 
 def test_the_versions_file_names_every_part():
@@ -24,13 +24,13 @@ def test_the_versions_file_names_every_part():
 def test_a_line_that_is_not_plain_key_value_is_refused(tmp_path, monkeypatch):
     bad = tmp_path / "versions.env"
     bad.write_text('SPARK_VERSION="4.1.1"\n')
-    monkeypatch.setattr(deps, "VERSIONS_FILE", bad)
-    deps.versions.cache_clear()
+    monkeypatch.setattr(binaries, "VERSIONS_FILE", bad)
+    binaries.versions.cache_clear()
     try:
         with pytest.raises(ValueError, match="plain KEY=VALUE"):
-            deps.versions()
+            binaries.versions()
     finally:
-        deps.versions.cache_clear()
+        binaries.versions.cache_clear()
 
 
 def test_the_pyspark_wheel_is_the_spark_of_the_versions_file():

@@ -20,12 +20,12 @@ from pyspark.sql import functions as F
 
 from streamstate.contracts import UserEvent
 from streamstate.jobs.inputs import read_input
-from streamstate.jobs.kinds import Kind
+from streamstate.kinds import Kind
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.dead_letters import refused_event
 from streamstate.jobs.runner import job_main
-from streamstate.jobs.state import Emit, State, StateSpec
+from streamstate.state import Emit, State, StateSpec
 from streamstate.jobs.validation import dead_letter_row, good_rows, map_validated, validate
 from streamstate.settings import Settings
 
@@ -118,7 +118,7 @@ def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-# Declared in streamstate.job_registry (SESSIONS): this builder, the event-counts query, topics, port.
+# Declared in streamstate.jobs.registry (SESSIONS): this builder, the event-counts query, topics, port.
 main = job_main("sessions")
 
 if __name__ == "__main__":

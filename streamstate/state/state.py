@@ -242,8 +242,8 @@ class State:
 
 class StateDriver:
     """The engine's side of one key's :class:`State`: the public interface the Spark processor
-    (:mod:`~streamstate.jobs.state.keyrun`) and the in-memory tester
-    (:mod:`~streamstate.jobs.state.tester`) use instead of reaching into ``State``; user
+    (:mod:`~streamstate.state.keyrun`) and the in-memory tester
+    (:mod:`~streamstate.state.tester`) use instead of reaching into ``State``; user
     functions only ever see the ``State``.
 
     Around every call of the user function the engine begins a call, reads what the call did

@@ -1,8 +1,8 @@
 """The Spark side: one ``StatefulProcessor`` per query, grouped by bucket of the key.
 
 ``transformWithStateInPandas`` calls it once per bucket and batch with the bucket's packed
-rows (:mod:`streamstate.jobs.state.packing`) and once per expired timer; each call is one
-:class:`~streamstate.jobs.state.buckets.Bucket` visit: about three state calls (the hot set in,
+rows (:mod:`streamstate.state.packing`) and once per expired timer; each call is one
+:class:`~streamstate.state.buckets.Bucket` visit: about three state calls (the hot set in,
 the hot set out, the timer) plus one per key fetched from or evicted to the cold map, instead
 of several round trips and one Arrow message per key.
 """
@@ -17,9 +17,9 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from streamstate.jobs.state.buckets import Bucket, initial_entries
-from streamstate.jobs.state.keyrun import OUTPUT_COLUMNS, Plan
-from streamstate.jobs.state.packing import BLOB, rows_by_key, unpack
+from streamstate.state.buckets import Bucket, initial_entries
+from streamstate.state.keyrun import OUTPUT_COLUMNS, Plan
+from streamstate.state.packing import BLOB, rows_by_key, unpack
 
 HOT_SCHEMA = "blob BINARY"
 COLD_KEY_SCHEMA, COLD_VALUE_SCHEMA = "key STRING", "state BINARY, deadline LONG"
@@ -27,7 +27,7 @@ WHEEL_KEY_SCHEMA, WHEEL_VALUE_SCHEMA = "tick LONG", "keys BINARY"
 
 
 class _Store:
-    """:class:`~streamstate.jobs.state.buckets.BucketStore` over the processor's state variables."""
+    """:class:`~streamstate.state.buckets.BucketStore` over the processor's state variables."""
 
     def __init__(self, handle: StatefulProcessorHandle):
         self.handle = handle

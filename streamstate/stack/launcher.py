@@ -1,7 +1,7 @@
 """The no-Docker stack: broker, topics, object store, jobs, API, Prometheus, producers.
 
-One launcher for both profiles (:mod:`streamstate.profiles`), which share the broker (Apache
-Kafka from :mod:`streamstate.production`, its data kept in ``workdir/kafka``) and differ in
+One launcher for both profiles (:mod:`streamstate.stack.profiles`), which share the broker (Apache
+Kafka from :mod:`streamstate.stack.servers`, its data kept in ``workdir/kafka``) and differ in
 where checkpoints go: the local disk (embedded) or MinIO (production, s3a://). Every
 process it starts runs in its own process group with a parent-death signal, and
 :meth:`EmbeddedStack.stop` (also called on exit, Ctrl-C and SIGTERM) ends each group, so
@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamstate.job_registry import job_spec
-from streamstate.production import KafkaBroker, MinioServer, S3Credentials
-from streamstate.profiles import EMBEDDED, Profile
+from streamstate.jobs.registry import job_spec
+from streamstate.stack.servers import KafkaBroker, MinioServer, S3Credentials
+from streamstate.stack.profiles import EMBEDDED, Profile
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.kafka_clients import wait_for_broker
 from streamstate.topics import ensure_topics
@@ -193,7 +193,7 @@ class EmbeddedStack:
         (storage formatted on first use); returns its bootstrap address. The jobs' settings get
         Spark's Kafka connector jars. Started again (after :meth:`kill_broker`) it keeps its
         ports and data; ``port`` None takes a free port, unless a broker was started before."""
-        from streamstate import deps
+        from streamstate.stack import binaries
 
         if self.kafka is None or port is not None:
             self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
@@ -202,7 +202,7 @@ class EmbeddedStack:
             self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
         proc = self.spawn("broker", self.kafka.argv())
         bootstrap = self.kafka.bootstrap
-        jars = self.settings.spark_jars or ",".join(str(jar) for jar in deps.spark_jars())
+        jars = self.settings.spark_jars or ",".join(str(jar) for jar in binaries.spark_jars())
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap, "spark_jars": jars})
         try:
             # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
@@ -243,7 +243,7 @@ class EmbeddedStack:
     def start_object_store(self, bucket: str = "streamstate") -> str:
         """MinIO with its data in ``workdir/minio`` and ``bucket`` created; points the
         settings at it (endpoint, s3a:// checkpoints unless set); the S3A jars came with the broker's."""
-        from streamstate.s3 import S3, S3Error
+        from streamstate.stack.s3 import S3, S3Error
 
         self.minio = MinioServer(self.workdir / "minio", free_port())
         proc = self.spawn("minio", self.minio.argv(), extra_env=self.minio.env())
@@ -268,7 +268,7 @@ class EmbeddedStack:
 
     def s3(self):
         """An S3 client of the object store (production profile)."""
-        from streamstate.s3 import S3
+        from streamstate.stack.s3 import S3
 
         if self.minio is None or self.s3_credentials is None:
             raise RuntimeError("no object store: start_object_store() first")
@@ -305,7 +305,7 @@ class EmbeddedStack:
             self.start_object_store()
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
-        """A job declared in :mod:`streamstate.job_registry`, by name; ``extra`` are its options."""
+        """A job declared in :mod:`streamstate.jobs.registry`, by name; ``extra`` are its options."""
         spec = job_spec(job)
         proc = self.spawn(spec.service, [sys.executable, "-m", "streamstate.jobs", spec.name, *extra])
         self.say(f"{spec.name} job started (pid {proc.pid}), log {proc.log_path}")
@@ -321,7 +321,7 @@ class EmbeddedStack:
         if binary is None:
             self.say("Prometheus not installed (apt-get install prometheus); skipping it")
             return None
-        from streamstate.observability import render_embedded_prometheus_config
+        from streamstate.stack.observability import render_embedded_prometheus_config
 
         config = render_embedded_prometheus_config(self.settings, self.workdir / "prometheus.yml")
         data = self.workdir / "prometheus-data"
@@ -382,7 +382,7 @@ def _wait_for_port(port: int, timeout_s: float, alive) -> None:
 
 
 def _versions() -> dict[str, str]:
-    from streamstate.deps import versions
+    from streamstate.stack.binaries import versions
 
     return versions()
 

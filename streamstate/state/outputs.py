@@ -1,7 +1,7 @@
 """What a user function returns, and how each output, snapshot and dead letter is encoded, once.
 
-The Spark processor (:mod:`streamstate.jobs.state.keyrun`) and the in-memory tester
-(:mod:`streamstate.jobs.state.tester`) both turn a function's result into rows here, so an
+The Spark processor (:mod:`streamstate.state.keyrun`) and the in-memory tester
+(:mod:`streamstate.state.tester`) both turn a function's result into rows here, so an
 output is encoded the same way, and only once, on both. A plain output is the function's
 value as JSON under the state key, of kind ``output``. An :class:`Emit` is a record with its
 own kind and key (an alert keyed by its id, a dead letter keyed by its source coordinates)
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state.state import DEAD_LETTER_VALUE_LIMIT, checked_size, cut, lenient_json, to_json
+from streamstate.kinds import Kind
+from streamstate.state.state import DEAD_LETTER_VALUE_LIMIT, checked_size, cut, lenient_json, to_json
 
 
 class Emit(NamedTuple):
@@ -41,7 +41,7 @@ def as_outputs(result: Any, per_record: bool) -> list:
 
 
 def output_row(output: Any, key_text: str, limit_bytes: int) -> tuple[str, str, str | None]:
-    """``(kind, key, payload)`` of one output; :class:`~streamstate.jobs.state.state.OutputTooLarge`
+    """``(kind, key, payload)`` of one output; :class:`~streamstate.state.state.OutputTooLarge`
     when the payload is over ``limit_bytes``, ``TypeError``/``ValueError`` when it cannot be written."""
     if not isinstance(output, Emit):
         return Kind.OUTPUT.value, key_text, checked_size(to_json(output), limit_bytes, "output")

@@ -4,7 +4,7 @@ Both configurations come from :func:`prometheus_config`, so the scrape jobs (and
 ``job`` label every dashboard filters on) are the same wherever the stack runs. The
 compose file ``infra/prometheus/prometheus.yml`` is rendered from this module and
 checked against it by the tests; regenerate it with
-``python -m streamstate.observability``.
+``python -m streamstate.stack.observability``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamstate.job_registry import JOBS
+from streamstate.jobs.registry import JOBS
 from streamstate.settings import REPO_ROOT, Settings
 
 COMPOSE_CONFIG_PATH = REPO_ROOT / "infra" / "prometheus" / "prometheus.yml"
@@ -25,7 +25,7 @@ DASHBOARDS_DIR = REPO_ROOT / "infra" / "grafana" / "dashboards"
 DATASOURCE_UID = "prometheus"
 
 # Scrape job name -> whether the target's own ``job`` label wins. The Spark jobs (declared in
-# streamstate.job_registry) label every metric with their job name (streamstate.jobs.metrics);
+# streamstate.jobs.registry) label every metric with their job name (streamstate.jobs.metrics);
 # the scrape job names equal those labels, so series look the same whichever way a label got there.
 SCRAPE_JOBS: dict[str, bool] = {"prometheus": False, "api": False, **{name: True for name in JOBS}}
 
@@ -84,7 +84,7 @@ def render_embedded_prometheus_config(settings: Settings, path: Path) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = "# Rendered by streamstate.observability for the embedded stack; do not edit.\n"
+    header = "# Rendered by streamstate.stack.observability for the embedded stack; do not edit.\n"
     path.write_text(
         prometheus_config(embedded_targets(settings), settings.prometheus_scrape_interval, header, str(ALERT_RULES_PATH))
     )
@@ -95,7 +95,7 @@ def render_compose_prometheus_config() -> str:
     """The text of ``infra/prometheus/prometheus.yml`` (compose service names)."""
     header = (
         "# Prometheus for docker compose: scrapes the services by their compose names.\n"
-        "# Rendered by `python -m streamstate.observability` from streamstate/observability.py,\n"
+        "# Rendered by `python -m streamstate.stack.observability` from streamstate/stack/observability.py,\n"
         "# which the embedded stack's config also comes from; edit that, not this file.\n"
     )
     return prometheus_config(COMPOSE_TARGETS, "5s", header, COMPOSE_ALERT_RULES)

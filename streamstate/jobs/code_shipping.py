@@ -14,7 +14,7 @@ processors and the rules run there). Two standard ways are supported:
 ``ship_code = "auto"`` ships on any non-local master when the job runs from a source
 checkout, and ships nothing in local mode or from an installed package (an image).
 
-    python -m streamstate.jobs.cluster package    # prints the zip, for spark-submit --py-files
+    python -m streamstate.jobs.code_shipping package    # prints the zip, for spark-submit --py-files
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def ship_code(spark: SparkSession, settings: Settings) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m streamstate.jobs.cluster",
+        prog="python -m streamstate.jobs.code_shipping",
         description="Package the project's code for Spark executors (spark-submit --py-files).",
     )
     commands = parser.add_subparsers(dest="command", required=True)

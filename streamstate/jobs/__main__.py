@@ -1,12 +1,12 @@
 """``python -m streamstate.jobs NAME [options]``: run any job declared in
-:mod:`streamstate.job_registry` (how ``streamstate up`` starts them; a job added there
+:mod:`streamstate.jobs.registry` (how ``streamstate up`` starts them; a job added there
 needs no console script of its own)."""
 
 from __future__ import annotations
 
 import sys
 
-from streamstate.job_registry import JOBS
+from streamstate.jobs.registry import JOBS
 from streamstate.jobs.runner import run_job
 
 

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics import MetricWrapperBase
 
 from streamstate.contracts import ClosedSession, DeadLetter
-from streamstate.job_registry import JOBS
+from streamstate.jobs.registry import JOBS
 
 log = logging.getLogger(__name__)
 

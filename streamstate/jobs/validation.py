@@ -35,10 +35,10 @@ from streamstate.contracts import (
     spark_schema,
 )
 from streamstate.contracts_fast import FastContract, fast_contract, python_bytes
-from streamstate.jobs.kinds import Kind
+from streamstate.kinds import Kind
 from streamstate.jobs.rules.dead_letters import coordinates_key
 from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
-from streamstate.jobs.state import Emit, StateResult, StateSpec, map_with_state
+from streamstate.state import Emit, StateResult, StateSpec, map_with_state
 
 SOURCE_COLUMNS = [
     T.StructField("topic", T.StringType()),

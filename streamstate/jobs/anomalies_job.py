@@ -19,12 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from streamstate.contracts import Metric
 from streamstate.jobs.inputs import read_input
-from streamstate.jobs.kinds import Kind
+from streamstate.kinds import Kind
 from streamstate.jobs.routing import state_rows
 from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.dead_letters import refused_point
 from streamstate.jobs.runner import job_main
-from streamstate.jobs.state import Emit, State, StateSpec
+from streamstate.state import Emit, State, StateSpec
 from streamstate.jobs.validation import dead_letter_row, map_validated, validate
 from streamstate.settings import Settings
 
@@ -79,7 +79,7 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
     return state_rows(result, Kind.METRIC_STATE)
 
 
-# Declared in streamstate.job_registry (ANOMALIES): this builder, its topics and metrics port.
+# Declared in streamstate.jobs.registry (ANOMALIES): this builder, its topics and metrics port.
 main = job_main("anomalies")
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Mapping
 
 from pyspark.sql import SparkSession
 
-from streamstate.jobs.cluster import is_local_master, ship_code
+from streamstate.jobs.code_shipping import is_local_master, ship_code
 from streamstate.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ tags and build arguments, and the Dockerfiles' ``ARG`` defaults.
 
 Compose interpolates ``${...}`` only from the environment and ``.env`` (the user's file),
 and a Dockerfile's ``FROM`` cannot read a file, so their versions are rendered from the
-one file: ``make versions`` (``python -m streamstate.version_pins``) rewrites them, and
+one file: ``make versions`` (``python -m streamstate.stack.version_pins``) rewrites them, and
 ``tests/unit/test_versions.py`` fails when any is stale (``--check`` does the same here).
 Each pin is one regular expression whose second group is the version; a pin that no
 longer matches anything is an error, so a renamed image cannot silently drop out.
@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamstate.deps import versions
+from streamstate.stack.binaries import versions
 from streamstate.settings import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"

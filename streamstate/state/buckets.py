@@ -28,8 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
 
-from streamstate.jobs.state.keyrun import KeyRun, Plan
-from streamstate.jobs.state.state import describe_key
+from streamstate.state.keyrun import KeyRun, Plan
+from streamstate.state.state import describe_key
 
 # An entry of the hot set: [stored state, deadline or None, has a cold copy, last visit, changed since loaded].
 TEXT, DEADLINE, IN_COLD, LAST_SEEN, DIRTY = range(5)

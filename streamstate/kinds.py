@@ -1,11 +1,11 @@
 """The one vocabulary of record kinds: the ``kind`` column from the stateful operator to the topics.
 
-A job's stateful operator (:mod:`streamstate.jobs.state`) emits rows ``(kind, key, payload)``
+A job's stateful operator (:mod:`streamstate.state`) emits rows ``(kind, key, payload)``
 and routing (:mod:`streamstate.jobs.routing`) writes each kind to its topic, so both sides
 name kinds from this one enum instead of spelling strings. The state layer's own kinds are
 ``output`` (a function's plain output), ``snapshot`` (a key's changed state) and
 ``dead_letter`` (a record whose call failed); a function can also emit a record of any other
-kind with :class:`~streamstate.jobs.state.Emit`, which is how the jobs produce alerts,
+kind with :class:`~streamstate.state.Emit`, which is how the jobs produce alerts,
 closed sessions and the dead letters their rules refuse. Members are ``str``, so they compare
 equal to the plain strings on the wire and in Spark columns.
 """

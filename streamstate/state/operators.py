@@ -2,10 +2,10 @@
 
 Both lay the input out as ``INPUT_COLUMNS``, give each row its key's bucket
 (``pmod(xxhash64(key), buckets)``), pack each task's rows into one Arrow blob per bucket
-(:mod:`streamstate.jobs.state.packing`), run :class:`~streamstate.jobs.state.processor.BucketProcessor`
+(:mod:`streamstate.state.packing`), run :class:`~streamstate.state.processor.BucketProcessor`
 under ``groupBy(bucket).transformWithStateInPandas`` and decode its rows (``kind``: output |
-snapshot | dead_letter, or the kind of an :class:`~streamstate.jobs.state.Emit`; see
-:mod:`streamstate.jobs.kinds`) into the three DataFrames of a :class:`StateResult`.
+snapshot | dead_letter, or the kind of an :class:`~streamstate.state.Emit`; see
+:mod:`streamstate.kinds`) into the three DataFrames of a :class:`StateResult`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from pyspark.sql.types import (
 )
 
 from streamstate.contracts import spark_schema
-from streamstate.jobs.state.buckets import TICK_MS
-from streamstate.jobs.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, OUTPUT, OUTPUT_SCHEMA, SNAPSHOT, Plan
-from streamstate.jobs.state.packing import BUCKET, PACKED_SCHEMA, pack
-from streamstate.jobs.state.processor import BucketProcessor
-from streamstate.jobs.state.spec import Duration, LateRecords, StateSpec
-from streamstate.jobs.state.state import StateCodec
+from streamstate.state.buckets import TICK_MS
+from streamstate.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, OUTPUT, OUTPUT_SCHEMA, SNAPSHOT, Plan
+from streamstate.state.packing import BUCKET, PACKED_SCHEMA, pack
+from streamstate.state.processor import BucketProcessor
+from streamstate.state.spec import Duration, LateRecords, StateSpec
+from streamstate.state.state import StateCodec
 
 SOURCE_COLUMNS = ("topic", "partition", "offset")
 OutputSchema = str | StructType | type[BaseModel] | None
@@ -44,7 +44,7 @@ OutputSchema = str | StructType | type[BaseModel] | None
 class StateResult:
     """The stateful operator's rows (:attr:`all`: ``kind, key, payload, reason, topic, partition,
     offset``) and their three decoded views. Records a function emits with
-    :class:`~streamstate.jobs.state.Emit` keep their own kind and key in :attr:`all`.
+    :class:`~streamstate.state.Emit` keep their own kind and key in :attr:`all`.
 
     Each view of a streaming ``all`` is its own plan: a query per view would run the state
     operator once per query. Run ONE query on :attr:`all` (``writeStream.foreachBatch``) and

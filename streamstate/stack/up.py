@@ -23,10 +23,10 @@ import threading
 import time
 import urllib.request
 
-from streamstate.job_registry import JOBS
-from streamstate.profiles import EMBEDDED, Profile
+from streamstate.jobs.registry import JOBS
+from streamstate.stack.profiles import EMBEDDED, Profile
 from streamstate.settings import Settings
-from streamstate.stack import EmbeddedStack, free_port
+from streamstate.stack.launcher import EmbeddedStack, free_port
 from streamstate.topics import load_topics
 
 STATUS_EVERY_S = 10.0

@@ -25,14 +25,14 @@ per-key timers in processing or event time and an initial-state input, which the
 
 Public API::
 
-    from streamstate.jobs.state import StateSpec, State, Emit, map_with_state, update_state_by_key, StateTypeError
-    from streamstate.jobs.state.tester import StateTester   # run a spec in memory, without Spark
+    from streamstate.state import StateSpec, State, Emit, map_with_state, update_state_by_key, StateTypeError
+    from streamstate.state.tester import StateTester   # run a spec in memory, without Spark
 """
 
-from streamstate.jobs.state.api import StateResult, map_with_state, update_state_by_key
-from streamstate.jobs.state.outputs import Emit
-from streamstate.jobs.state.spec import StateSpec, duration_ms
-from streamstate.jobs.state.state import State, StateTypeError, StateUsageError
+from streamstate.state.operators import StateResult, map_with_state, update_state_by_key
+from streamstate.state.outputs import Emit
+from streamstate.state.spec import StateSpec, duration_ms
+from streamstate.state.state import State, StateTypeError, StateUsageError
 
 __all__ = [
     "Emit",

@@ -5,11 +5,11 @@ It is the public way to unit-test your own function (as PySpark's ``TwsTester`` 
 ``StatefulProcessor``), and the oracle the project's Spark runs are compared with. It is written
 separately from the Spark processor on purpose: only the :class:`State` (through its engine
 interface, :class:`StateDriver`) and the way outputs, snapshots and dead letters are encoded
-(:mod:`streamstate.jobs.state.outputs`) are shared, so a test that agrees with both checks the
+(:mod:`streamstate.state.outputs`) are shared, so a test that agrees with both checks the
 processor against an independent reading of the semantics. Example::
 
-    from streamstate.jobs.state import StateSpec
-    from streamstate.jobs.state.tester import StateTester
+    from streamstate.state import StateSpec
+    from streamstate.state.tester import StateTester
 
     def count(word, one, state):
         if state.is_timing_out():
@@ -60,10 +60,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
-from streamstate.jobs.state.spec import StateSpec
-from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
+from streamstate.kinds import Kind
+from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
+from streamstate.state.spec import StateSpec
+from streamstate.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
 _NOT_SAVED = object()
 

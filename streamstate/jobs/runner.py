@@ -1,6 +1,6 @@
 """Command line and lifecycle shared by the jobs: settings, Spark, metrics, the queries.
 
-A job is declared once in :mod:`streamstate.job_registry`: a function ``build(spark,
+A job is declared once in :mod:`streamstate.jobs.registry`: a function ``build(spark,
 settings) -> DataFrame`` of (kind, key, payload) rows, its extra queries, inputs and
 outputs. The runner starts the streaming queries that route those rows to Kafka, exports
 metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets and state
@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
-from streamstate.job_registry import JobSpec, job_spec
+from streamstate.jobs.registry import JobSpec, job_spec
 from streamstate.jobs.checkpoint_metadata import CheckpointError
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.checkpoints import (

@@ -1,8 +1,8 @@
 """The production profile's servers, run natively: Apache Kafka as a KRaft broker and MinIO.
 
 Compose runs the same releases as containers (``infra/versions.env``); here they run from
-``.deps/`` (:mod:`streamstate.deps`), bound to 127.0.0.1, as processes of the stack
-launcher (:class:`streamstate.stack.EmbeddedStack`), which stops them by process group
+``.deps/`` (:mod:`streamstate.stack.binaries`), bound to 127.0.0.1, as processes of the stack
+launcher (:class:`streamstate.stack.launcher.EmbeddedStack`), which stops them by process group
 like every other process it starts. Both keep their data in a directory: a broker or
 object store started again on the same directory has everything it had, which is what
 distinguishes this profile from the in-memory embedded broker.
@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamstate import deps
+from streamstate.stack import binaries
 
 KAFKA_HEAP = "512m"
 # Kafka's own log4j 1.x layout (reload4j), to stdout, which the launcher sends to the log file.
@@ -86,7 +86,7 @@ class KafkaBroker:
         _, log4j = self.write_config()
         return [
             "java", f"-Xmx{KAFKA_HEAP}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
-            "-cp", deps.kafka_classpath(), main, *args,
+            "-cp", binaries.kafka_classpath(), main, *args,
         ]
 
     def formatted(self) -> bool:
@@ -159,7 +159,7 @@ class MinioServer:
 
     def argv(self) -> list[str]:
         (self.home / "data").mkdir(parents=True, exist_ok=True)
-        return [str(deps.minio_binary()), "server", str(self.home / "data"), "--address", f"127.0.0.1:{self.port}", "--quiet"]
+        return [str(binaries.minio_binary()), "server", str(self.home / "data"), "--address", f"127.0.0.1:{self.port}", "--quiet"]
 
     def env(self) -> dict[str, str]:
         credentials = self.credentials()

@@ -15,14 +15,14 @@ from typing import Callable, Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamstate.job_registry import JOBS
+from streamstate.jobs.registry import JOBS
 from streamstate.jobs.kafka import write_kafka
-from streamstate.jobs.kinds import Kind
+from streamstate.kinds import Kind
 from streamstate.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# kind -> the Settings field naming its topic, over every declared job (streamstate.job_registry)
+# kind -> the Settings field naming its topic, over every declared job (streamstate.jobs.registry)
 TOPIC_OF_KIND = {kind: field for spec in JOBS.values() for kind, field in spec.outputs.items()}
 
 
@@ -73,7 +73,7 @@ def batch_router(
             if unknown:
                 raise ValueError(
                     f"rows of kind {sorted(unknown)} in batch {batch_id}: not among the job's declared outputs "
-                    f"{sorted(outputs)} (streamstate/job_registry.py)"
+                    f"{sorted(outputs)} (streamstate/jobs/registry.py)"
                 )
             topics = {kind: topic_for(kind, settings, outputs) for kind in sorted(counts) if kind != Kind.COUNT}
             if topics:
@@ -144,7 +144,7 @@ def _set_window_counts(metrics, event_counts: DataFrame) -> None:
 
 def state_rows(result, snapshot_kind: Kind) -> DataFrame:
     """A job's stateful rows as (kind, key, payload): the function emits its records with their
-    kind, key and encoded payload (:class:`~streamstate.jobs.state.Emit`), which pass as they are;
+    kind, key and encoded payload (:class:`~streamstate.state.Emit`), which pass as they are;
     snapshots become ``snapshot_kind`` rows (null payload = tombstone); a record whose call
     failed (the state layer's own dead letter: it has a reason) becomes a DeadLetter of stage
     ``state``."""

@@ -5,7 +5,7 @@ function to the key's records of the batch (or times the key out), and leaves wh
 (the new stored state and deadline), the snapshot to publish and the result rows. The Spark processor
 runs one per touched key inside a bucket; the unit tests run it directly.
 
-Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.jobs.state.api`;
+Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.state.operators`;
 result rows are ``OUTPUT_SCHEMA`` tuples, one per output, state snapshot or dead letter.
 """
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from streamstate.jobs.kinds import Kind
-from streamstate.jobs.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
-from streamstate.jobs.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
+from streamstate.kinds import Kind
+from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
+from streamstate.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
 if TYPE_CHECKING:
-    from streamstate.jobs.state.spec import StateSpec
+    from streamstate.state.spec import StateSpec
 
 KEY, VALUE, TIME, TOPIC, PARTITION, OFFSET = range(6)
 INPUT_COLUMNS = ("__ss_key", "__ss_value", "__ss_time", "__ss_topic", "__ss_partition", "__ss_offset")
