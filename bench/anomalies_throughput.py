@@ -18,7 +18,7 @@ from streamstate.settings import Settings
 
 def anomalies_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": dataset.topic}), "anomalies")
-    return query_figures(start_query(spark, run_settings, "anomalies", anomalies_job.build, str(checkpoint), available_now=True), dataset.records)
+    return query_figures(start_query(spark, run_settings, anomalies_job.JOB, str(checkpoint), available_now=True), dataset.records)
 
 
 def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def sessions_run(settings: Settings, master: str, topic: str, records: int, chec
     run_settings = fresh_outputs(settings.model_copy(update={"spark_master": master, "topic_user_events": topic}), "cluster")
     spark = build_spark(run_settings, app_name="streamstate-bench-cluster", spark__ui__enabled="false")
     try:
-        query = start_query(spark, run_settings, "sessions", sessions_job.build, str(checkpoint), available_now=True)
+        query = start_query(spark, run_settings, sessions_job.JOB, str(checkpoint), available_now=True)
         return {"master": master, **query_figures(query, records)}
     finally:
         spark.stop()

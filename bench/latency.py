@@ -120,7 +120,7 @@ def measure(
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()
-    query = start_query(spark, run_settings, "anomalies", anomalies_job.build, checkpoint or str(workdir / "latency"))
+    query = start_query(spark, run_settings, anomalies_job.JOB, checkpoint or str(workdir / "latency"))
     periods = []
     try:
         print(f"  latency warm-up: {seconds:.0f}s at {rate:,}/s (discarded)", flush=True)

@@ -27,7 +27,7 @@ from streamstate.settings import Settings
 def sessions_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
     """One fresh ``availableNow`` run of the sessions job over the whole topic."""
     run_settings = fresh_outputs(settings.model_copy(update={"topic_user_events": dataset.topic}), "sessions")
-    return query_figures(start_query(spark, run_settings, "sessions", sessions_job.build, str(checkpoint), available_now=True), dataset.records)
+    return query_figures(start_query(spark, run_settings, sessions_job.JOB, str(checkpoint), available_now=True), dataset.records)
 
 
 def stateless_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:

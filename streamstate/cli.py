@@ -15,7 +15,6 @@ from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
 from streamstate.cli_common import add_kafka_options, add_version, setting_error, settings_from_args
-from streamstate.jobs.registry import JOBS
 from streamstate.stack.profiles import PROFILES
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.kafka_clients import masked_json, reason, wait_for_broker
@@ -115,6 +114,8 @@ def _cell(text: str) -> str:
 
 def list_jobs(args: argparse.Namespace, settings: Settings) -> int:
     """The declared jobs (streamstate/jobs/registry.py): what each reads, writes and serves."""
+    from streamstate.jobs.registry import JOBS  # imports the jobs, so Spark: only this command needs it
+
     for name, spec in JOBS.items():
         outputs = ", ".join(f"{kind} -> {topic}" for kind, topic in spec.output_topics(settings).items())
         queries = ", ".join([name, *(extra.name for extra in spec.extra_queries)])

@@ -253,10 +253,7 @@ def start_jobs_in_process(spark, settings: Settings) -> list:
     from streamstate.jobs.runner import start_query
 
     return [
-        start_query(
-            spark, settings, name, spec.load_builder(), settings.checkpoint(name),
-            input_topics=spec.input_topics(settings), outputs=spec.outputs,
-        )
+        start_query(spark, settings, spec, settings.checkpoint(name))
         for name, spec in JOBS.items()
     ]
 

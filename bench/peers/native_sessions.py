@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.contracts import UserEvent, spark_schema
+from streamstate.jobs import sessions_job
 from streamstate.jobs.kafka import read_kafka
 from streamstate.jobs.routing import batch_router
 from streamstate.settings import Settings
@@ -55,7 +56,7 @@ def start(spark: SparkSession, settings: Settings, checkpoint: str) -> Streaming
         .writeStream.queryName("native-session-window")
         .outputMode("complete")
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings))
+        .foreachBatch(batch_router(settings, sessions_job.JOB))
         .trigger(availableNow=True)
         .start()
     )

@@ -7,7 +7,7 @@ become dead letters and never reach the state; they pass the one stateful operat
 reserved key, so the topic is read once) -> ``map_with_state`` per series running
 :mod:`streamstate.jobs.rules.anomalies` on each value in arrival order -> routed to the
 output topics. A series idle for ``series_idle_timeout_ms`` of event time is expired and
-tombstoned on ``metric-state``.
+tombstoned on ``metric-state``. The job's declaration is :data:`JOB`.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from streamstate.contracts import Metric
-from streamstate.jobs.inputs import read_input
-from streamstate.kinds import Kind
-from streamstate.jobs.routing import state_rows
+from streamstate.jobs.context import JobContext
+from streamstate.jobs.declaration import JobSpec
 from streamstate.jobs.rules import anomalies
 from streamstate.jobs.rules.dead_letters import refused_point
 from streamstate.jobs.runner import job_main
-from streamstate.state import Emit, State, StateSpec
-from streamstate.jobs.validation import dead_letter_row, map_validated, validate
+from streamstate.jobs.validation import dead_letter_row
+from streamstate.kinds import Kind
 from streamstate.settings import Settings
+from streamstate.state import Emit, State, StateSpec
 
 def on_series(rule: anomalies.AnomalyRule, series_id: str, points: list[dict[str, Any]], state: State):
     """Batch function: fold the series' new values in arrival (offset) order."""
@@ -67,20 +67,21 @@ def state_spec(settings: Settings) -> StateSpec:
     )
 
 
-def build(spark: SparkSession, settings: Settings) -> DataFrame:
-    raw = read_input(spark, settings, settings.topic_metrics)
-    result = map_validated(
-        validate(raw, Metric, settings.max_clock_skew_ms),
-        key="series_id",
-        columns=STATE_COLUMNS,
-        spec=state_spec(settings),
-        watermark_delay_ms=settings.watermark_delay_ms,
-    )
-    return state_rows(result, Kind.METRIC_STATE)
+def build(ctx: JobContext) -> DataFrame:
+    return ctx.keyed_state_rows(Metric, "series_id", STATE_COLUMNS, state_spec(ctx.settings), snapshots=Kind.METRIC_STATE)
 
 
-# Declared in streamstate.jobs.registry (ANOMALIES): this builder, its topics and metrics port.
-main = job_main("anomalies")
+JOB = JobSpec(
+    name="anomalies",
+    description="Anomalies job: rolling-window z-score alerts and running statistics per metric series.",
+    build=build,
+    inputs=("topic_metrics",),
+    outputs={"alert": "topic_alerts", "metric_state": "topic_metric_state", "dead_letter": "topic_dead_letters"},
+    metrics_port="anomalies_metrics_port",
+    alert_kinds=("anomaly",),
+)
+
+main = job_main(JOB)
 
 if __name__ == "__main__":
     main()

@@ -7,9 +7,9 @@ Spark's own ``PrometheusServlet``.
   (``metrics_<app-id>_driver_spark_streaming_<query>_inputRate_total``), so every
   restart creates new series and a dashboard cannot name them; it also lives on the
   Spark UI port, which the jobs disable in tests and which moves when 4040 is taken.
-- The servlet knows nothing of the domain: alerts by kind, dead letters, open and
-  closed sessions are counted by the job's own code, and they must sit next to the
-  progress numbers under one scrape target with one ``job`` label.
+- The servlet knows nothing of the domain: alerts by kind, dead letters and the counters
+  and gauges a job declares (closed sessions, say) are counted from the job's own rows, and
+  they must sit next to the progress numbers under one scrape target with one ``job`` label.
 - A listener sees every micro-batch's ``StreamingQueryProgress`` (rates, batch
   duration, state rows and memory, watermark, source offsets) on the driver, which is
   exactly what the dashboards need, at the cost of a few attribute reads per batch.
@@ -36,17 +36,16 @@ from typing import Any, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
-from streamstate.contracts import ClosedSession, DeadLetter
-from streamstate.jobs.registry import JOBS
+from streamstate.contracts import DeadLetter
+from streamstate.jobs.declaration import Counter as DeclaredCounter
+from streamstate.jobs.declaration import Gauge as DeclaredGauge
+from streamstate.jobs.declaration import JobSpec
+from streamstate.kinds import Kind
 
 log = logging.getLogger(__name__)
 
 # Known label values are created up front so their series exist (at 0) from the first
 # scrape: a rate() over a series that appears only at its first increment loses it.
-ALERT_KINDS_BY_JOB: dict[str, tuple[str, ...]] = {name: spec.alert_kinds for name, spec in JOBS.items()}
-# Jobs emitting closed sessions (the "session" kind of row) also count them by what ended them.
-SESSION_JOBS: frozenset[str] = frozenset(name for name, spec in JOBS.items() if "session" in spec.outputs)
-SESSION_END_REASONS: tuple[str, ...] = typing.get_args(ClosedSession.model_fields["ended_by"].annotation)
 DEAD_LETTER_STAGES: tuple[str, ...] = typing.get_args(DeadLetter.model_fields["stage"].annotation)
 
 # Micro-batches here take from tens of milliseconds (empty) to minutes (a backlog).
@@ -161,6 +160,24 @@ class _JobLabelled:
         return self._metric.labels(job=self._job, **labels)
 
 
+class _Declared:
+    """One counter or gauge a job declares, its Prometheus metric bound to the job."""
+
+    def __init__(self, declared: DeclaredCounter | DeclaredGauge, job: str, registry: CollectorRegistry):
+        kind = Counter if isinstance(declared, DeclaredCounter) else Gauge
+        labels = (["job"] if declared.job_label else []) + ([declared.label] if declared.label else [])
+        self.declared = declared
+        self._metric = kind(declared.metric_name, declared.documentation, labels, registry=registry)
+        self._job = {"job": job} if declared.job_label else {}
+        self.balance = 0
+
+    def series(self, label_value: str | None = None) -> Any:
+        labels = dict(self._job)
+        if self.declared.label:
+            labels[self.declared.label] = label_value or ""
+        return self._metric.labels(**labels) if labels else self._metric
+
+
 def _listener_base() -> type:
     # Imported lazily so metrics can be created (and unit-tested) without a JVM.
     from pyspark.sql.streaming import StreamingQueryListener
@@ -171,13 +188,13 @@ def _listener_base() -> type:
 class JobMetrics:
     """The Prometheus metrics of one Spark job, served from the driver.
 
-    ``JobMetrics(job="sessions", port=9101)`` starts an HTTP server on ``host:port``
+    ``JobMetrics(spec, port=9101)`` starts an HTTP server on ``host:port``
     (loopback unless ``metrics_host`` says otherwise; ``port=0``: no server, e.g. in tests that read :attr:`registry` directly).
     Call :meth:`attach` with the SparkSession before starting the queries.
     """
 
-    def __init__(self, job: str, port: int = 0, registry: CollectorRegistry | None = None, host: str = "127.0.0.1"):
-        self.job = job
+    def __init__(self, spec: JobSpec, port: int = 0, registry: CollectorRegistry | None = None, host: str = "127.0.0.1"):
+        self.job = job = spec.name
         self.registry = registry or CollectorRegistry()
         self._lock = threading.Lock()
         self._query_names: dict[str, str] = {}
@@ -223,41 +240,68 @@ class JobMetrics:
             "Records sent to the dead-letter topic, by the stage that refused them "
             "(contract, clock_skew, late, state).",
             ["job", "stage"], registry=r)
-        late_events = Counter(
-            "streamstate_job_late_events",
-            "Valid events at or behind the watermark when they arrived (dead-lettered with stage late).",
-            ["job"], registry=r)
-        duplicate_events = Counter(
-            "streamstate_job_duplicate_events", "Events dropped as re-sent copies of an event_id already seen.",
-            ["job"], registry=r)
         alerts = Counter("streamstate_job_alerts", "Alerts emitted.", ["job", "kind"], registry=r)
         records_out = Counter(
             "streamstate_job_records_out", "Records written to output topics.", ["job", "topic"], registry=r)
         self.dead_letters = _JobLabelled(dead_letters, job)
-        self.late_events = late_events.labels(job=job)
-        self.duplicate_events = duplicate_events.labels(job=job)
         self.alerts = _JobLabelled(alerts, job)
         self.records_out = _JobLabelled(records_out, job)
-        self.sessions_closed = Counter(
-            "streamstate_sessions_closed", "Sessions closed, by what ended them.", ["ended_by"], registry=r)
-        self.sessions_open = Gauge("streamstate_sessions_open", "Sessions open now.", registry=r)
-        self.events_by_type = Gauge(
-            "streamstate_events_in_window", "Events per type in the latest sliding window.",
-            ["type"], registry=r)
+        # -- declared by the job ---------------------------------------------------------
+        self.counters = {c.name: _Declared(c, job, r) for c in spec.counters}
+        self.gauges = [_Declared(g, job, r) for g in spec.gauges]
 
-        for kind in ALERT_KINDS_BY_JOB.get(job, ()):
+        for kind in spec.alert_kinds:
             self.alerts.labels(kind=kind)
         for stage in DEAD_LETTER_STAGES:
             self.dead_letters.labels(stage=stage)
-        if job in SESSION_JOBS:
-            for reason in SESSION_END_REASONS:
-                self.sessions_closed.labels(ended_by=reason)
+        for counter in self.counters.values():
+            for value in counter.declared.label_values:
+                counter.series(value)
+            if not counter.declared.label:
+                counter.series()
+        for gauge in self.gauges:
+            if not gauge.declared.label:
+                gauge.series().set(0)
         self._up.labels(job=job).set(0)
 
         self.port = port
         self._server = None
         if port:
             self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+
+    # -- fed by the job's rows -------------------------------------------------------------
+    def count_batch(self, summary: list[Any], topic_of_kind: Mapping[str, str]) -> None:
+        """Count a batch's rows, summarised by routing (kind, alert_kind, stage, counter: rows, total)."""
+        increments: dict[str, dict[str | None, int]] = {}
+        for row in summary:
+            kind, n = row["kind"], row["rows"]
+            if kind == Kind.COUNT:
+                name, _, label = row["counter"].partition(":")
+                by_label = increments.setdefault(name, {})
+                by_label[label or None] = by_label.get(label or None, 0) + (row["total"] or 0)
+                continue
+            self.records_out.labels(topic=topic_of_kind[kind]).inc(n)
+            if kind == Kind.DEAD_LETTER:
+                self.dead_letters.labels(stage=row["stage"] or "state").inc(n)
+            elif kind == Kind.ALERT and row["alert_kind"]:
+                self.alerts.labels(kind=row["alert_kind"]).inc(n)
+        for name, by_label in increments.items():
+            if name in self.counters:
+                for label, n in by_label.items():
+                    self.counters[name].series(label).inc(n)
+        for gauge in self.gauges:
+            moved = sum(sum(increments.get(name, {}).values()) for name in gauge.declared.adds)
+            moved -= sum(sum(increments.get(name, {}).values()) for name in gauge.declared.subtracts)
+            if moved:
+                gauge.balance += moved
+                gauge.series().set(max(0, gauge.balance))
+
+    def read_rows(self, kind: str, payloads: list[dict[str, Any]]) -> None:
+        """Set the gauges that read rows of ``kind`` from a batch's decoded payloads."""
+        for gauge in self.gauges:
+            if gauge.declared.reads and gauge.declared.reads[0] == kind and payloads:
+                for label, value in gauge.declared.reads[1](payloads).items():
+                    gauge.series(label).set(value)
 
     # -- listener side ------------------------------------------------------------------
     def record_progress(self, progress: Mapping[str, Any]) -> None:

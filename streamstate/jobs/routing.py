@@ -10,43 +10,33 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Callable, Mapping
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamstate.jobs.registry import JOBS
+from streamstate.jobs.declaration import JobSpec
 from streamstate.jobs.kafka import write_kafka
 from streamstate.kinds import Kind
 from streamstate.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# kind -> the Settings field naming its topic, over every declared job (streamstate.jobs.registry)
-TOPIC_OF_KIND = {kind: field for spec in JOBS.values() for kind, field in spec.outputs.items()}
-
-
-def topic_for(kind: str, settings: Settings, outputs: Mapping[str, str] = TOPIC_OF_KIND) -> str:
-    return getattr(settings, outputs[kind])
-
 
 def batch_router(
     settings: Settings,
+    job: JobSpec,
     metrics=None,
     on_batch: Callable[[int, dict[str, int]], None] | None = None,
     before_batch: Callable[[], None] | None = None,
-    outputs: Mapping[str, str] | None = None,
 ):
-    """A ``foreachBatch`` function writing each kind of row to its topic.
+    """A ``foreachBatch`` function writing each kind of row to the topic ``job`` declares for it.
 
-    ``outputs`` (kind -> Settings field of its topic) are the kinds the job declared; a row of
-    any other kind fails the batch. ``before_batch`` runs first in every batch (the input-topic
-    identity check): raising there fails the batch before anything of it is written or committed."""
-    outputs = TOPIC_OF_KIND if outputs is None else outputs
-
-    # Sessions opened minus closed since this process started: the gauge cannot know what was
-    # open before a restart without scanning every key's state.
-    open_sessions = {"value": 0}
+    A row of a kind the job did not declare fails the batch, and so does a count of a counter it
+    did not declare. ``before_batch`` runs first in every batch (the input-topic identity check):
+    raising there fails the batch before anything of it is written or committed."""
+    topic_of_kind = job.output_topics(settings)
+    read_kinds = {gauge.reads[0] for gauge in job.gauges if gauge.reads}
 
     def route(batch: DataFrame, batch_id: int) -> None:
         if before_batch is not None:
@@ -59,7 +49,6 @@ def batch_router(
                     # Each payload field is parsed only on the kind whose metric needs it: most of a
                     # batch's rows are snapshots, which none of them concern.
                     _field_of(Kind.ALERT, "kind").alias("alert_kind"),
-                    _field_of(Kind.SESSION, "ended_by").alias("ended_by"),
                     _field_of(Kind.DEAD_LETTER, "stage").alias("stage"),
                     F.when(F.col("kind") == Kind.COUNT.value, F.col("key")).alias("counter"),
                 )
@@ -69,13 +58,8 @@ def batch_router(
             counts: dict[str, int] = {}
             for row in summary:
                 counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
-            unknown = set(counts) - set(outputs) - {Kind.COUNT}
-            if unknown:
-                raise ValueError(
-                    f"rows of kind {sorted(unknown)} in batch {batch_id}: not among the job's declared outputs "
-                    f"{sorted(outputs)} (streamstate/jobs/registry.py)"
-                )
-            topics = {kind: topic_for(kind, settings, outputs) for kind in sorted(counts) if kind != Kind.COUNT}
+            _check_declared(job, batch_id, counts, summary)
+            topics = {kind: topic_of_kind[kind] for kind in sorted(counts) if kind != Kind.COUNT}
             if topics:
                 # Every kind in one pass: a Spark job per kind costs ~0.3 s of task scheduling
                 # and Python worker round trips each, whatever the row count.
@@ -90,10 +74,9 @@ def batch_router(
                         f"batch {batch_id}: wrote {written} of {expected} records to {', '.join(sorted(set(topics.values())))}"
                     )
             if metrics is not None:
-                open_sessions["value"] += metrics_update(metrics, settings, summary, outputs)
-                metrics.sessions_open.set(max(0, open_sessions["value"]))
-                if counts.get(Kind.EVENT_COUNT):
-                    _set_window_counts(metrics, batch)
+                metrics.count_batch(summary, topic_of_kind)
+                for kind in read_kinds & set(counts):
+                    metrics.read_rows(kind, _payloads(batch, kind))
             if on_batch is not None:
                 on_batch(batch_id, counts)
         finally:
@@ -107,39 +90,24 @@ def _field_of(kind: Kind, field: str):
     return F.when(F.col("kind") == kind.value, F.get_json_object("payload", f"$.{field}"))
 
 
-def metrics_update(metrics, settings: Settings, summary, outputs: Mapping[str, str] = TOPIC_OF_KIND) -> int:
-    """Count a batch's rows into the job metrics; returns sessions opened minus closed."""
-    open_delta = 0
-    for row in summary:
-        kind, n = row["kind"], row["rows"]
-        if kind == Kind.COUNT:
-            if row["counter"] == "sessions_opened":
-                open_delta += row["total"] or 0
-            elif row["counter"] == "late_events":
-                metrics.late_events.inc(row["total"] or 0)
-            elif row["counter"] == "duplicate_events":
-                metrics.duplicate_events.inc(row["total"] or 0)
-            continue
-        metrics.records_out.labels(topic=topic_for(kind, settings, outputs)).inc(n)
-        if kind == Kind.DEAD_LETTER:
-            metrics.dead_letters.labels(stage=row["stage"] or "state").inc(n)
-        elif kind == Kind.ALERT and row["alert_kind"]:
-            metrics.alerts.labels(kind=row["alert_kind"]).inc(n)
-        elif kind == Kind.SESSION and row["ended_by"]:
-            metrics.sessions_closed.labels(ended_by=row["ended_by"]).inc(n)
-            open_delta -= n
-    return open_delta
+def _check_declared(job: JobSpec, batch_id: int, counts: dict[str, int], summary: list[Any]) -> None:
+    unknown = set(counts) - set(job.outputs) - {Kind.COUNT}
+    if unknown:
+        raise ValueError(
+            f"rows of kind {sorted(unknown)} in batch {batch_id}: not among the outputs job {job.name!r} declares "
+            f"{sorted(job.outputs)}"
+        )
+    counters = {row["counter"].partition(":")[0] for row in summary if row["kind"] == Kind.COUNT}
+    if counters - job.count_names:
+        raise ValueError(
+            f"counts of {sorted(counters - job.count_names)} in batch {batch_id}: not among the counters and gauges "
+            f"job {job.name!r} declares {sorted(job.count_names)}"
+        )
 
 
-def _set_window_counts(metrics, event_counts: DataFrame) -> None:
-    """The newest window's count per event type."""
-    rows = [json.loads(r["payload"]) for r in event_counts.filter(F.col("kind") == Kind.EVENT_COUNT.value).select("payload").collect()]
-    if not rows:
-        return
-    newest = max(r["window_end"] for r in rows)
-    for r in rows:
-        if r["window_end"] == newest:
-            metrics.events_by_type.labels(type=r["type"]).set(r["count"])
+def _payloads(batch: DataFrame, kind: str) -> list[dict[str, Any]]:
+    """The decoded payloads of a batch's rows of ``kind``."""
+    return [json.loads(r["payload"]) for r in batch.filter(F.col("kind") == kind).select("payload").collect()]
 
 
 def state_rows(result, snapshot_kind: Kind) -> DataFrame:

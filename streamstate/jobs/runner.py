@@ -1,8 +1,8 @@
 """Command line and lifecycle shared by the jobs: settings, Spark, metrics, the queries.
 
-A job is declared once in :mod:`streamstate.jobs.registry`: a function ``build(spark,
-settings) -> DataFrame`` of (kind, key, payload) rows, its extra queries, inputs and
-outputs. The runner starts the streaming queries that route those rows to Kafka, exports
+A job is declared once (:class:`~streamstate.jobs.declaration.JobSpec`): a function
+``build(ctx) -> DataFrame`` of (kind, key, payload) rows, its extra queries, inputs,
+outputs and metrics. The runner starts the streaming queries that route those rows to Kafka, exports
 metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets and state
 are committed together) and exits non-zero with the error when the query fails.
 
@@ -24,13 +24,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
-from streamstate.jobs.registry import JobSpec, job_spec
+from streamstate.jobs.declaration import ExtraQuery, JobSpec
 from streamstate.jobs.checkpoint_metadata import CheckpointError
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.checkpoints import (
@@ -45,8 +45,6 @@ from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
-
-JobBuilder = Callable[[SparkSession, Settings], DataFrame]
 
 # How lost input shows in a failed query: our SourceResetError (topic id changed), or a Kafka
 # source's data-loss error, which always names the failOnDataLoss option (ours and Spark's).
@@ -85,8 +83,9 @@ def parse_args(spec: JobSpec, argv: list[str] | None) -> tuple[argparse.Namespac
         "trigger_interval": args.trigger,
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
         "shuffle_partitions": args.shuffle_partitions,
-        spec.metrics_port: args.metrics_port,
     }
+    if spec.metrics_port:
+        overrides[spec.metrics_port] = args.metrics_port
     try:
         settings = settings_from_args(args, **overrides)
     except ValueError as exc:
@@ -97,41 +96,43 @@ def parse_args(spec: JobSpec, argv: list[str] | None) -> tuple[argparse.Namespac
 def start_query(
     spark: SparkSession,
     settings: Settings,
-    job: str,
-    build: JobBuilder,
+    job: JobSpec,
     checkpoint: str,
+    query: ExtraQuery | None = None,
     available_now: bool = False,
     metrics=None,
-    output_mode: str = "append",
-    input_topics: list[str] | None = None,
-    outputs: Mapping[str, str] | None = None,
+    check_inputs: bool = True,
 ) -> StreamingQuery:
-    """Start one of a job's streaming queries (also used in-process by the tests).
+    """Start one of ``job``'s streaming queries, its own unless ``query`` names an extra one
+    (also used in-process by the tests and benchmarks).
 
     Raises :class:`~streamstate.jobs.checkpoint_metadata.CheckpointError` when ``checkpoint`` was written
     with a state partition count other than ``settings.shuffle_partitions`` (Spark would silently keep
     the old one) or another bucket count, or when the metadata kept next to it is damaged.
-    With ``input_topics``, every batch first checks that they are still the topics the
-    checkpoint read (:class:`TopicIdentity`). ``outputs`` (kind -> Settings field of its
-    topic, a job's declared outputs) limits what the rows may be; default: every job's kinds.
+    With ``check_inputs`` (and a Kafka source), every batch first checks that the job's input
+    topics are still the topics the checkpoint read (:class:`TopicIdentity`). Rows may only be
+    of the kinds the job declares.
     """
+    from streamstate.jobs.context import JobContext
     from streamstate.jobs.routing import batch_router
 
+    query = query or job.queries[0]
     finish_interrupted_move(spark, checkpoint)
     discard_unstarted_leftovers(spark, checkpoint)
     check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
     check_state_buckets(spark, checkpoint, settings.state_buckets)
     identity = None
+    input_topics = job.input_topics(settings) if check_inputs and settings.source == "kafka" else []
     if input_topics:
         identity = TopicIdentity(spark, checkpoint, settings, input_topics).check
         for topic, reason in exposed_topics(settings, input_topics, int(time.time() * 1000)).items():
             log.warning("input topic %s: %s", topic, reason)
     writer = (
-        build(spark, settings)
-        .writeStream.queryName(job)
-        .outputMode(output_mode)
+        query.build(JobContext(spark, settings, job))
+        .writeStream.queryName(query.name)
+        .outputMode(query.output_mode)
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings, metrics, before_batch=identity, outputs=outputs))
+        .foreachBatch(batch_router(settings, job, metrics, before_batch=identity))
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     return writer.start()
@@ -171,21 +172,13 @@ def _last_commits(spark: SparkSession, spec: JobSpec, job_checkpoint: str) -> li
     return [max(CheckpointFiles(spark, cp).batches("commits"), default=-1) for cp in _checkpoints(spec, job_checkpoint)]
 
 
-def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested, topics):
+def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested):
     """Run the job's queries until stopped, drained (availableNow) or failed; returns the failures."""
-    query = start_query(
-        spark, settings, spec.name, spec.load_builder(), checkpoint, available_now=available_now, metrics=metrics,
-        input_topics=topics, outputs=spec.outputs,
-    )
-    secondary = [
-        start_query(
-            spark, settings, extra.name, extra.load_builder(), f"{checkpoint}-{extra.name}", available_now, metrics,
-            extra.output_mode, topics, spec.outputs,
-        )
-        for extra in spec.extra_queries
+    queries = [
+        start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics)
+        for query, query_checkpoint in zip(spec.queries, _checkpoints(spec, checkpoint))
     ]
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
-    queries = [query, *secondary]
     watch = BrokerWatch(settings, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
     try:
         # availableNow: wait for every query to drain; otherwise any query ending ends the run.
@@ -233,7 +226,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
 
     checkpoint = args.checkpoint or settings.checkpoint(spec.name)
     spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
-    metrics = JobMetrics(job=spec.name, port=spec.port(settings), host=settings.metrics_host)
+    metrics = JobMetrics(spec, port=spec.port(settings), host=settings.metrics_host)
     metrics.attach(spark)
     stop_requested = threading.Event()
 
@@ -243,13 +236,11 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    # Topic ids are a Kafka notion; a Kinesis source checks its shards' lineage itself.
-    topics = spec.input_topics(settings) if settings.source == "kafka" else None
     try:
         budget = RestartBudget(settings.job_max_restarts)
         committed = _last_commits(spark, spec, checkpoint)
         while True:
-            failures = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, topics)
+            failures = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested)
             if not failures or stop_requested.is_set():
                 break
             committed, before = _last_commits(spark, spec, checkpoint), committed
@@ -291,10 +282,10 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     return 0
 
 
-def job_main(name: str) -> Callable[[], None]:
-    """The console script of the declared job ``name`` (``streamstate-<name>-job``)."""
+def job_main(spec: JobSpec) -> Callable[[], None]:
+    """The console script of the job ``spec`` declares (``streamstate-<name>-job``)."""
 
     def main() -> None:
-        sys.exit(run_job(job_spec(name)))
+        sys.exit(run_job(spec))
 
     return main

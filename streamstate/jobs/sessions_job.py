@@ -7,27 +7,30 @@ One streaming query: Kafka source -> contract validation -> event-time watermark
 drops duplicates and refuses late or overflowing events, dead-lettered here) -> routed to
 the output topics by ``foreachBatch``. Bad records pass the same operator under a reserved
 key and come out as dead letters, so the topic is read and validated once per batch. The
-rule itself lives in the rules module; this file is only the wiring.
+rule itself lives in the rules module; this file is the wiring and the job's declaration
+(:data:`JOB`), including the counters and gauges only this job feeds.
 """
 
 from __future__ import annotations
 
+import collections
+import typing
 from functools import partial
-from typing import Any
+from typing import Any, Mapping
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamstate.contracts import UserEvent
-from streamstate.jobs.inputs import read_input
-from streamstate.kinds import Kind
-from streamstate.jobs.routing import state_rows
+from streamstate.contracts import ClosedSession, UserEvent
+from streamstate.jobs.context import JobContext
+from streamstate.jobs.declaration import Counter, ExtraQuery, Gauge, JobSpec
 from streamstate.jobs.rules import sessions
 from streamstate.jobs.rules.dead_letters import refused_event
 from streamstate.jobs.runner import job_main
-from streamstate.state import Emit, State, StateSpec
-from streamstate.jobs.validation import dead_letter_row, good_rows, map_validated, validate
+from streamstate.jobs.validation import dead_letter_row, good_rows, validate
+from streamstate.kinds import Kind
 from streamstate.settings import Settings
+from streamstate.state import Emit, State, StateSpec
 
 def _arrivals(events: list[dict[str, Any]]):
     # Arrival (offset) order, so that the first of two copies of an event wins.
@@ -64,6 +67,8 @@ def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any
         yield Emit(Kind.ALERT, alert.alert_id, alert.model_dump_json())
     for closed in result.closed:
         yield Emit(Kind.SESSION, user_id, closed.model_dump_json())
+    for ended_by, n in collections.Counter(closed.ended_by for closed in result.closed).items():
+        yield _count(f"sessions_closed:{ended_by}", n)
     if result.opened:
         yield _count("sessions_opened", result.opened)
 
@@ -87,24 +92,16 @@ def state_spec(settings: Settings) -> StateSpec:
     )
 
 
-def build(spark: SparkSession, settings: Settings) -> DataFrame:
-    raw = read_input(spark, settings, settings.topic_user_events)
-    result = map_validated(
-        validate(raw, UserEvent, settings.max_clock_skew_ms),
-        key="user_id",
-        columns=STATE_COLUMNS,
-        spec=state_spec(settings),
-        watermark_delay_ms=settings.watermark_delay_ms,
-    )
-    return state_rows(result, Kind.SESSION_STATE)
+def build(ctx: JobContext) -> DataFrame:
+    return ctx.keyed_state_rows(UserEvent, "user_id", STATE_COLUMNS, state_spec(ctx.settings), snapshots=Kind.SESSION_STATE)
 
 
-def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
+def event_counts(ctx: JobContext) -> DataFrame:
     """Events by type over a sliding event-time window (the seeds' countByValueAndWindow),
     as (kind, key, payload) rows in update mode: each batch re-emits the windows it changed."""
-    raw = read_input(spark, settings, settings.topic_user_events)
+    settings = ctx.settings
     counts = (
-        good_rows(validate(raw, UserEvent, settings.max_clock_skew_ms))
+        good_rows(validate(ctx.read_input(), UserEvent, settings.max_clock_skew_ms))
         .withColumn("event_time", F.timestamp_millis("ts"))
         .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
         .groupBy(F.window("event_time", settings.event_count_window, settings.event_count_slide), "type")
@@ -118,8 +115,48 @@ def event_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-# Declared in streamstate.jobs.registry (SESSIONS): this builder, the event-counts query, topics, port.
-main = job_main("sessions")
+def latest_window_counts(windows: list[dict[str, Any]]) -> Mapping[str, float]:
+    """Events per type in the newest window a batch of ``event_count`` rows updated."""
+    newest = max(w["window_end"] for w in windows)
+    return {w["type"]: w["count"] for w in windows if w["window_end"] == newest}
+
+
+SESSION_END_REASONS: tuple[str, ...] = typing.get_args(ClosedSession.model_fields["ended_by"].annotation)
+
+JOB = JobSpec(
+    name="sessions",
+    description="Sessions job: per-user sessions, behaviour and alerts from the user-events topic.",
+    build=build,
+    inputs=("topic_user_events",),
+    outputs={
+        "alert": "topic_alerts",
+        "session": "topic_sessions",
+        "session_state": "topic_session_state",
+        "dead_letter": "topic_dead_letters",
+        "event_count": "topic_event_counts",
+    },
+    metrics_port="sessions_metrics_port",
+    alert_kinds=("bot_burst", "purchase_without_view", "long_session"),
+    extra_queries=(ExtraQuery("event-counts", event_counts, "update"),),
+    counters=(
+        Counter("late_events", "Valid events at or behind the watermark when they arrived (dead-lettered with stage late)."),
+        Counter("duplicate_events", "Events dropped as re-sent copies of an event_id already seen."),
+        Counter(
+            "sessions_closed", "Sessions closed, by what ended them.",
+            metric="streamstate_sessions_closed", job_label=False, label="ended_by", label_values=SESSION_END_REASONS,
+        ),
+    ),
+    gauges=(
+        # Opened minus closed since this process started: what was open before a restart is
+        # not known without scanning every key's state.
+        Gauge("sessions_open", "Sessions open now.", metric="streamstate_sessions_open", job_label=False,
+              adds=("sessions_opened",), subtracts=("sessions_closed",)),
+        Gauge("events_in_window", "Events per type in the latest sliding window.", metric="streamstate_events_in_window",
+              job_label=False, label="type", reads=(Kind.EVENT_COUNT, latest_window_counts)),
+    ),
+)
+
+main = job_main(JOB)
 
 if __name__ == "__main__":
     main()

@@ -27,14 +27,16 @@ DATASOURCE_UID = "prometheus"
 # Scrape job name -> whether the target's own ``job`` label wins. The Spark jobs (declared in
 # streamstate.jobs.registry) label every metric with their job name (streamstate.jobs.metrics);
 # the scrape job names equal those labels, so series look the same whichever way a label got there.
-SCRAPE_JOBS: dict[str, bool] = {"prometheus": False, "api": False, **{name: True for name in JOBS}}
+# Jobs declared without a metrics port serve no /metrics: there is nothing to scrape.
+SERVING_JOBS = {name: spec for name, spec in JOBS.items() if spec.metrics_port}
+SCRAPE_JOBS: dict[str, bool] = {"prometheus": False, "api": False, **{name: True for name in SERVING_JOBS}}
 
 # Compose service names and ports (docker-compose.yml): a job's service is named <job>-job
 # and serves /metrics on its setting's default port.
 COMPOSE_TARGETS: dict[str, str] = {
     "prometheus": "localhost:9090",
     "api": "api:8000",
-    **{name: f"{spec.service}:{spec.default_port()}" for name, spec in JOBS.items()},
+    **{name: f"{spec.service}:{spec.default_port()}" for name, spec in SERVING_JOBS.items()},
 }
 
 
@@ -72,7 +74,7 @@ def embedded_targets(settings: Settings) -> dict[str, str]:
     return {
         "prometheus": f"127.0.0.1:{settings.prometheus_port}",
         "api": f"{_loopback(settings.api_host)}:{settings.api_port}",
-        **{name: f"127.0.0.1:{spec.port(settings)}" for name, spec in JOBS.items()},
+        **{name: f"127.0.0.1:{spec.port(settings)}" for name, spec in SERVING_JOBS.items()},
     }
 
 

@@ -55,7 +55,7 @@ def broker_port(settings: Settings) -> int:
 def _free_ports(settings: Settings) -> Settings:
     """Keep the configured ports where they are free; move the busy ones, and say so."""
     moved = {}
-    for field in ("api_port", *(spec.metrics_port for spec in JOBS.values()), "prometheus_port"):
+    for field in ("api_port", *(spec.metrics_port for spec in JOBS.values() if spec.metrics_port), "prometheus_port"):
         port = getattr(settings, field)
         if port and not _port_free(port):
             moved[field] = free_port()
@@ -120,7 +120,7 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
                     f"  API docs        http://{s.api_host}:{s.api_port}/docs",
                     f"  recent alerts   http://{s.api_host}:{s.api_port}/alerts",
                     f"  active sessions http://{s.api_host}:{s.api_port}/sessions?active=true",
-                    "  job metrics     " + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in JOBS.items()),
+                    "  job metrics     " + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in JOBS.items() if spec.metrics_port),
                     f"  logs            {stack.workdir / 'logs'}",
                     f"  checkpoints     {s.checkpoint_root}",
                     "The first alerts arrive about 40 s after start, once Spark has warmed up. Ctrl-C stops everything.",

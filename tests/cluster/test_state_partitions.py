@@ -13,24 +13,30 @@ import pytest
 from pyspark.sql import functions as F
 
 from streamstate.jobs.checkpoints import StatePartitionsChanged, checkpointed_conf
+from streamstate.jobs.declaration import JobSpec
 from streamstate.jobs.runner import start_query
 from tests.integration.api_harness import wait_until
 
 pytestmark = pytest.mark.spark
 
 
-def counter_rows(spark, settings):
+def counter_rows(ctx):
     """A minimal job: Spark's rate source as (kind, key, payload) rows."""
-    rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    rows = ctx.spark.readStream.format("rate").option("rowsPerSecond", 5).load()
     value = F.col("value").cast("string")
     return rows.select(F.lit("session_state").alias("kind"), value.alias("key"), value.alias("payload"))
+
+
+def rate_job(name: str) -> JobSpec:
+    return JobSpec(name=name, description="rate rows", build=counter_rows, inputs=(),
+                   outputs={"session_state": "topic_session_state"}, metrics_port="sessions_metrics_port")
 
 
 def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_topic, tmp_path):
     checkpoint = str(tmp_path / "checkpoint")
     first = settings.model_copy(update={"topic_session_state": new_topic(1, "rows"), "trigger_interval": "1 second"})
     assert checkpointed_conf(spark, checkpoint) is None
-    query = start_query(spark, first, "partitions-first", counter_rows, checkpoint)
+    query = start_query(spark, first, rate_job("partitions-first"), checkpoint)
     try:
         wait_until(lambda: query.lastProgress is not None or query.exception(), 120, "the first batch")
     finally:
@@ -41,13 +47,13 @@ def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_top
 
     changed = first.model_copy(update={"shuffle_partitions": first.shuffle_partitions * 2})
     with pytest.raises(StatePartitionsChanged) as failure:
-        start_query(spark, changed, "partitions-changed", counter_rows, checkpoint)
+        start_query(spark, changed, rate_job("partitions-changed"), checkpoint)
     message = str(failure.value)
     assert "\n" not in message
     assert f"holds state in {stored} partitions" in message and f"{changed.shuffle_partitions} were asked for" in message
     assert not any(q.name == "partitions-changed" for q in spark.streams.active)
 
-    again = start_query(spark, first, "partitions-same", counter_rows, checkpoint)
+    again = start_query(spark, first, rate_job("partitions-same"), checkpoint)
     again.stop()
     assert again.exception() is None
 

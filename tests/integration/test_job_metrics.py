@@ -7,7 +7,10 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import dataclasses
+
 from streamstate.jobs.metrics import JobMetrics
+from streamstate.jobs.registry import JOBS
 from streamstate.stack.launcher import free_port
 from tests.integration.addresses import external_address
 from tests.integration.api_harness import wait_until
@@ -25,6 +28,11 @@ def scrape(port: int) -> dict[tuple[str, frozenset], float]:
     }
 
 
+def job_named(name: str):
+    """A declared job under another name: its metrics are apart from the real job's."""
+    return dataclasses.replace(JOBS["anomalies"], name=name)
+
+
 def value(samples: dict, name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
@@ -33,7 +41,7 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
     from pyspark.sql import functions as F
 
     port = free_port()
-    metrics = JobMetrics(job="metrics-test", port=port)
+    metrics = JobMetrics(job_named("metrics-test"), port=port)
     listener = metrics.attach(spark)
     query = None
     try:
@@ -92,8 +100,8 @@ def test_the_metrics_server_binds_loopback_unless_told_otherwise():
 
     outside = external_address()
     port, everywhere = free_port(), free_port()
-    JobMetrics(job="bind-test", port=port)
-    JobMetrics(job="bind-test-all", port=everywhere, host="0.0.0.0")
+    JobMetrics(job_named("bind-test"), port=port)
+    JobMetrics(job_named("bind-test-all"), port=everywhere, host="0.0.0.0")
     for open_port in (port, everywhere):
         socket.create_connection(("127.0.0.1", open_port), timeout=5).close()
     if outside is not None:

@@ -11,16 +11,45 @@ from pathlib import Path
 
 import pytest
 
+from streamstate.contracts import Alert, DeadLetter
+from streamstate.jobs.context import JobContext
 from streamstate.jobs.registry import JOBS
+from streamstate.jobs.runner import start_query
+from tests.doc_job import load_doc_job
+from tests.scenario import read_topic
+from tests.state_queries import produce_json
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.mark.parametrize("job", JOBS.values(), ids=list(JOBS))
 def test_job_reads_its_topic_once(spark, settings, job):
-    plan = job.load_builder()(spark, settings)._jdf.queryExecution().logical().toString()
+    plan = job.build(JobContext(spark, settings, job))._jdf.queryExecution().logical().toString()
     assert len(re.findall(r"\bStreamingRelationV2\b", plan)) == 1
     assert "Deduplicate" not in plan, "duplicates are dropped in the session state, not by a second state store"
+
+
+def test_the_third_job_of_the_docs_runs_on_kafka(spark, settings, new_topic, bootstrap, tmp_path):
+    """docs/adding-a-job.md's example, as written there: one file and one declaration make a job
+    that reads its declared input, raises its alert and dead-letters what its contract refuses."""
+    job = load_doc_job().JOB
+    run = settings.model_copy(update={
+        "topic_user_events": new_topic(2, "clicks-in"), "topic_alerts": new_topic(1, "clicks-alerts"),
+        "topic_dead_letters": new_topic(1, "clicks-dl"),
+    })
+    ts = 1_700_000_000_000
+    clicks = [{"event_id": f"e{i}", "user_id": "u1", "type": "click", "ts": ts + i} for i in range(3)]
+    other = [{"event_id": "e9", "user_id": "u2", "type": "click", "ts": ts}, {"user_id": "u3", "type": "click"}]
+    produce_json(bootstrap, run.topic_user_events, clicks + other, key_field="user_id")
+
+    query = start_query(spark, run, job, str(tmp_path / "clicks"), available_now=True)
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None, query.exception()
+
+    alerts = [Alert.model_validate_json(r.value()) for r in read_topic(bootstrap, run.topic_alerts)]
+    assert [(a.kind, a.entity, a.ts) for a in alerts] == [("click_storm", "u1", ts + 2)]
+    letters = [DeadLetter.model_validate_json(r.value()) for r in read_topic(bootstrap, run.topic_dead_letters)]
+    assert [(d.stage, d.source_topic) for d in letters] == [("contract", run.topic_user_events)]
 
 
 def test_python_workers_import_the_installed_pyspark(spark):

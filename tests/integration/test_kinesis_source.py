@@ -154,10 +154,12 @@ def test_latest_and_at_timestamp_starting_positions(spark, kinesis_settings, new
 
 @pytest.mark.parametrize("job", ["sessions", "anomalies"])
 def test_with_source_kinesis_each_job_reads_its_stream_once_with_the_kafka_columns(spark, kinesis_settings, job):
-    import importlib
     import re
 
-    module = importlib.import_module(f"streamstate.jobs.{job}_job")
-    plan = module.build(spark, kinesis_settings.model_copy(update={"source": "kinesis"}))._jdf.queryExecution().logical().toString()
+    from streamstate.jobs.context import JobContext
+    from streamstate.jobs.registry import JOBS
+
+    context = JobContext(spark, kinesis_settings.model_copy(update={"source": "kinesis"}), JOBS[job])
+    plan = JOBS[job].build(context)._jdf.queryExecution().logical().toString()
     assert len(re.findall(r"\bStreamingRelationV2\b", plan)) == 1
     assert "streamstate_kinesis" in plan and "KafkaSourceProvider" not in plan and "kafka.bootstrap.servers" not in plan

@@ -21,6 +21,7 @@ from streamstate.api.metrics import ApiMetrics
 from streamstate.api.store import open_store
 from streamstate.api.view import StateView
 from streamstate.jobs.metrics import JobMetrics
+from streamstate.jobs.registry import JOBS
 from streamstate.stack.observability import DASHBOARDS_DIR, DATASOURCE_UID, load_dashboards, panel_queries, panels
 from streamstate.settings import REPO_ROOT
 
@@ -37,7 +38,7 @@ def exported_metric_names() -> set[str]:
     """Every series name the jobs and the API export (families with their suffixes)."""
     names: set[str] = set()
     store = open_store(Path(tempfile.mkdtemp(prefix="dashboards-")) / "store", 8, {"format": 1}).store
-    registries = [JobMetrics(job="sessions").registry, ApiMetrics(StateView(store, 10)).registry]
+    registries = [JobMetrics(JOBS["sessions"]).registry, ApiMetrics(StateView(store, 10)).registry]
     for registry in registries:
         for family in registry.collect():
             suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}.get(family.type, [""])

@@ -8,6 +8,8 @@ import pytest
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streamstate.jobs.metrics import JobMetrics, progress_sample, source_lag
+from streamstate.jobs.registry import JOBS
+from streamstate.settings import Settings
 
 
 def state_operator(name: str, rows: int, memory: int) -> dict:
@@ -88,7 +90,7 @@ def test_source_lag_reads_only_kafka_shaped_offsets(end, latest, expected):
 
 
 def test_known_label_values_exist_before_the_first_increment():
-    metrics = JobMetrics(job="sessions")
+    metrics = JobMetrics(JOBS["sessions"])
     kinds = {
         s.labels["kind"]
         for family in metrics.registry.collect()
@@ -101,7 +103,7 @@ def test_known_label_values_exist_before_the_first_increment():
 
 
 def test_records_out_binds_the_job_label():
-    metrics = JobMetrics(job="anomalies")
+    metrics = JobMetrics(JOBS["anomalies"])
     metrics.records_out.labels(topic="alerts").inc(3)
     assert metrics.registry.get_sample_value(
         "streamstate_job_records_out_total", {"job": "anomalies", "topic": "alerts"}
@@ -109,6 +111,54 @@ def test_records_out_binds_the_job_label():
 
 
 def test_session_end_reasons_follow_the_closed_session_contract():
-    metrics = JobMetrics(job="sessions")
+    metrics = JobMetrics(JOBS["sessions"])
     for reason in ("logout", "timeout"):
         assert metrics.registry.get_sample_value("streamstate_sessions_closed_total", {"ended_by": reason}) == 0
+
+
+def _summary(*rows):
+    keys = ("kind", "alert_kind", "stage", "counter", "rows", "total")
+    return [dict(zip(keys, row)) for row in rows]
+
+
+def test_a_batch_feeds_the_counters_and_gauges_the_job_declares():
+    """The sessions job's own series (closed by reason, open, events per window) come from its
+    declaration: routing hands every job's batch summary over in one shape."""
+    metrics = JobMetrics(JOBS["sessions"])
+    topics = JOBS["sessions"].output_topics(Settings())
+    metrics.count_batch(
+        _summary(
+            ("count", None, None, "sessions_opened", 2, 5),
+            ("count", None, None, "sessions_closed:logout", 1, 2),
+            ("count", None, None, "late_events", 1, 3),
+            ("session", None, None, None, 2, None),
+            ("alert", "bot_burst", None, None, 1, None),
+            ("dead_letter", None, "late", None, 3, None),
+        ),
+        topics,
+    )
+    value = metrics.registry.get_sample_value
+    assert value("streamstate_sessions_closed_total", {"ended_by": "logout"}) == 2
+    assert value("streamstate_sessions_closed_total", {"ended_by": "timeout"}) == 0
+    assert value("streamstate_sessions_open", {}) == 3
+    assert value("streamstate_job_late_events_total", {"job": "sessions"}) == 3
+    assert value("streamstate_job_alerts_total", {"job": "sessions", "kind": "bot_burst"}) == 1
+    assert value("streamstate_job_dead_letters_total", {"job": "sessions", "stage": "late"}) == 3
+    assert value("streamstate_job_records_out_total", {"job": "sessions", "topic": "sessions"}) == 2
+
+    metrics.count_batch(_summary(("count", None, None, "sessions_closed:timeout", 1, 9)), topics)
+    assert value("streamstate_sessions_open", {}) == 0  # never below zero after a restart
+
+    metrics.read_rows("event_count", [
+        {"type": "click", "window_start": 0, "window_end": 60, "count": 7},
+        {"type": "click", "window_start": 60, "window_end": 120, "count": 2},
+        {"type": "login", "window_start": 60, "window_end": 120, "count": 1},
+    ])
+    assert value("streamstate_events_in_window", {"type": "click"}) == 2
+    assert value("streamstate_events_in_window", {"type": "login"}) == 1
+
+
+def test_the_anomalies_job_has_no_session_series():
+    metrics = JobMetrics(JOBS["anomalies"])
+    names = {family.name for family in metrics.registry.collect()}
+    assert "streamstate_sessions_open" not in names and "streamstate_sessions_closed" not in names

@@ -3,6 +3,7 @@ Prometheus, the launcher and the command lines know of a job comes from its JobS
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,27 +11,37 @@ import textwrap
 
 import pytest
 
-from streamstate.jobs.registry import JOBS, JobSpec, job_spec
-from streamstate.settings import Settings
+from streamstate.jobs.declaration import Counter, JobDeclarationError
+from streamstate.jobs.registry import JOBS, job_spec
+from streamstate.settings import REPO_ROOT, Settings
+
+
+def _doc_job_spec(**changes):
+    from tests.doc_job import load_doc_job
+
+    return dataclasses.replace(load_doc_job().JOB, **changes)
 
 
 @pytest.mark.parametrize("spec", JOBS.values(), ids=list(JOBS))
-def test_builders_resolve_to_functions(spec):
-    assert callable(spec.load_builder())
-    for extra in spec.extra_queries:
-        assert callable(extra.load_builder())
+def test_builders_are_functions_of_the_declaration(spec):
+    assert all(callable(query.build) for query in spec.queries)
+    assert [query.name for query in spec.queries] == [spec.name, *(extra.name for extra in spec.extra_queries)]
 
 
 def test_a_setting_that_does_not_exist_is_refused_when_declared():
-    with pytest.raises(ValueError, match="clicks_metrics_port"):
-        JobSpec(name="clicks", description="", builder="m:f", inputs=(), outputs={}, metrics_port="clicks_metrics_port")
-    with pytest.raises(ValueError, match="topic_clicks"):
-        JobSpec(name="clicks", description="", builder="m:f", inputs=("topic_clicks",), outputs={},
-                metrics_port="sessions_metrics_port")
+    with pytest.raises(JobDeclarationError, match="clicks_metrics_port"):
+        _doc_job_spec(metrics_port="clicks_metrics_port")
+    with pytest.raises(JobDeclarationError, match="topic_clicks"):
+        _doc_job_spec(inputs=("topic_clicks",))
+
+
+def test_two_metrics_of_one_name_are_refused_when_declared():
+    with pytest.raises(JobDeclarationError, match="share a metric name"):
+        _doc_job_spec(counters=(Counter("storms", "a"), Counter("other", "b", metric="streamstate_job_storms")))
 
 
 def test_an_unknown_job_is_named_with_the_known_ones():
-    with pytest.raises(ValueError, match="sessions, anomalies"):
+    with pytest.raises(JobDeclarationError, match="sessions, anomalies"):
         job_spec("clicks")
 
 
@@ -42,39 +53,33 @@ def test_settings_are_read_through_the_declared_fields():
     assert (anomalies.port(settings), anomalies.default_port()) == (19102, 9102)
 
 
-# A third job, declared in a fresh interpreter before the readers import the registry: every
-# reader must pick it up with nothing else changed.
+# The third job of docs/adding-a-job.md, declared in a fresh interpreter before the readers import
+# the registry: every reader must pick it up with nothing else changed.
 THIRD_JOB = textwrap.dedent(
     """
-    import json, sys
+    import dataclasses, json, sys
     from types import MappingProxyType
+    from tests.doc_job import load_doc_job
     import streamstate.jobs.registry as registry
-    clicks = registry.JobSpec(
-        name="clicks", description="Clicks job: a third job.", builder="json:loads",
-        inputs=("topic_user_events",), outputs={"click_count": "topic_event_counts"},
-        metrics_port="prometheus_port", alert_kinds=("click_storm",),
-        extra_queries=(registry.ExtraQuery("clicks-extra", "json:dumps", "update"),),
-    )
+    clicks = dataclasses.replace(load_doc_job().JOB, metrics_port="prometheus_port")  # a port field that exists
     registry.JOBS = MappingProxyType({**registry.JOBS, "clicks": clicks})
 
     from streamstate.stack.observability import COMPOSE_TARGETS, SCRAPE_JOBS, embedded_targets
-    from streamstate.jobs.metrics import ALERT_KINDS_BY_JOB, JobMetrics
-    from streamstate.jobs.routing import TOPIC_OF_KIND
+    from streamstate.jobs.metrics import JobMetrics
     from streamstate.jobs.runner import _checkpoints, parse_args
     from streamstate.settings import Settings
     from streamstate.stack.up import input_streams
     from streamstate.cli import main
 
     args, settings = parse_args(clicks, ["--metrics-port", "19999"])
-    metrics = JobMetrics("clicks")
-    alert_series = sorted({s.labels["kind"] for m in metrics.registry.collect() if m.name == "streamstate_job_alerts" for s in m.samples})
+    metrics = JobMetrics(clicks)
+    samples = {(s.name, tuple(sorted(s.labels.items()))) for m in metrics.registry.collect() for s in m.samples}
     print(json.dumps({
         "scrape": SCRAPE_JOBS.get("clicks"),
         "compose": COMPOSE_TARGETS.get("clicks"),
         "embedded": embedded_targets(Settings(prometheus_port=19090)).get("clicks"),
-        "alert_kinds": ALERT_KINDS_BY_JOB.get("clicks"),
-        "alert_series": alert_series,
-        "routing": TOPIC_OF_KIND.get("click_count"),
+        "alert_series": sorted(dict(labels)["kind"] for name, labels in samples if name == "streamstate_job_alerts_total"),
+        "counter": ("streamstate_job_click_storms_total", (("job", "clicks"),)) in samples,
         "port": clicks.port(settings),
         "checkpoints": _checkpoints(clicks, "cp/clicks"),
         "streams": sorted(input_streams(Settings())),
@@ -94,12 +99,20 @@ def test_a_third_job_is_one_declaration():
         "scrape": True,
         "compose": "clicks-job:9090",
         "embedded": "127.0.0.1:19090",
-        "alert_kinds": ["click_storm"],
         "alert_series": ["click_storm"],
-        "routing": "topic_event_counts",
+        "counter": True,
         "port": 19999,
-        "checkpoints": ["cp/clicks", "cp/clicks-clicks-extra"],
+        "checkpoints": ["cp/clicks"],
         "streams": ["metrics", "user-events"],
     }
-    assert "clicks\tClicks job: a third job." in listing
-    assert "queries clicks, clicks-extra" in listing and "command streamstate-clicks-job" in listing
+    assert "clicks\tClicks job: click storms per user from the user-events topic." in listing
+    assert "writes alert -> alerts, dead_letter -> dead-letters" in listing and "command streamstate-clicks-job" in listing
+
+
+@pytest.mark.parametrize("spec", JOBS.values(), ids=list(JOBS))
+def test_each_job_has_its_spark_submit_application(spec):
+    """spark-jobs/<name>.py runs the declared job (its --help parses before Spark starts)."""
+    application = REPO_ROOT / "spark-jobs" / f"{spec.name}.py"
+    result = subprocess.run([sys.executable, str(application), "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert spec.description in " ".join(result.stdout.split())

@@ -1,0 +1,62 @@
+"""What a job's builder is handed: :class:`JobContext`, the Spark side of its declaration.
+
+Collaborators travel together: the builder gets the SparkSession, the settings and its own
+declaration in one object, and reads its inputs through it, so a builder never names a topic
+or a setting the declaration already names (quixstreams hands its collaborators over the same
+way, in ``processing/context.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamstate.jobs.declaration import JobDeclarationError, JobSpec
+from streamstate.jobs.inputs import read_input
+from streamstate.jobs.routing import state_rows
+from streamstate.jobs.validation import map_validated, validate
+from streamstate.kinds import Kind
+from streamstate.settings import Settings
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from streamstate.state import StateSpec
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """One job's SparkSession, settings and declaration, as its builders see them."""
+
+    spark: SparkSession
+    settings: Settings
+    job: JobSpec
+
+    def read_input(self) -> DataFrame:
+        """The job's declared input from its beginning: one Kafka topic or Kinesis stream."""
+        topics = self.job.input_topics(self.settings)
+        if len(topics) != 1:
+            raise JobDeclarationError(f"job {self.job.name!r} declares {len(topics)} inputs; read_input reads exactly one")
+        return read_input(self.spark, self.settings, topics[0])
+
+    def keyed_state_rows(
+        self, contract: type[BaseModel], key: str, columns: Sequence[str], spec: StateSpec, snapshots: Kind | None
+    ) -> DataFrame:
+        """The shape of a keyed stateful job, as (kind, key, payload) rows: the input validated
+        against ``contract`` (bad records become dead letters), ``spec`` run per ``key`` over
+        ``columns`` under the event-time watermark, state snapshots as rows of kind ``snapshots``
+        (None: not published)."""
+        settings = self.settings
+        result = map_validated(
+            validate(self.read_input(), contract, settings.max_clock_skew_ms),
+            key=key,
+            columns=columns,
+            spec=spec,
+            watermark_delay_ms=settings.watermark_delay_ms,
+        )
+        if snapshots is None:
+            return state_rows(result, Kind.SNAPSHOT).filter(F.col("kind") != Kind.SNAPSHOT.value)
+        return state_rows(result, snapshots)
