@@ -228,14 +228,6 @@ def _jaas_quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def from_spark_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``kafka.*`` options of a Spark source or sink without their prefix: a librdkafka
-    connection (Spark hands Python sources their option keys lower-cased)."""
-    return {
-        str(k)[len(SPARK_PREFIX):].lower(): str(v) for k, v in options.items() if str(k).lower().startswith(SPARK_PREFIX)
-    }
-
-
 # --------------------------------------------------------------------------- errors
 def reason(error: BaseException | KafkaError | None) -> str:
     """A Kafka error (or any exception) as one line: librdkafka's own text for a KafkaError."""

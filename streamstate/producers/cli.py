@@ -207,10 +207,10 @@ def _send(
     if args.sink == "kinesis":
         kinesis_writer.check_streams(settings.kinesis_endpoint_url, settings.kinesis_region, topics)
         target = settings.kinesis_endpoint_url or f"Kinesis {settings.kinesis_region}"
-        _say(announce.replace(f"at {args.bootstrap_servers}", f"at {target}").replace(f"to {args.bootstrap_servers}", f"to {target}"))
+        _say(announce.replace(f"at {settings.bootstrap_servers}", f"at {target}").replace(f"to {settings.bootstrap_servers}", f"to {target}"))
         produce = partial(kinesis_writer.produce_records, settings.kinesis_endpoint_url, settings.kinesis_region)
     else:
-        broker = connection(settings, bootstrap_servers=args.bootstrap_servers)
+        broker = connection(settings)
         check_broker(broker, set(topics))
         _say(announce)
         produce = partial(produce_records, broker)
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in GENERATED:
         make = _event_generator if args.command == "events" else _metric_generator
         records = _limited(make(args, args.topic), args.count)
-        announce = f"{GENERATED[args.command]} to {args.topic} at {args.bootstrap_servers} (seed {args.seed})"
+        announce = f"{GENERATED[args.command]} to {args.topic} at {settings.bootstrap_servers} (seed {args.seed})"
         return _send(args, settings, records, [args.topic], args.rate, announce, args.count)
     if args.command == "replay":
         # A first pass checks every line and learns the topics, so a bad file sends nothing.
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.topic:
             records = (ProducedRecord(args.topic, r.key, r.value, r.malformed_reason, r.kind) for r in records)
         count = min(total, args.count) if args.count else total
-        announce = f"replaying {count:,} records of {args.file} to {args.bootstrap_servers}"
+        announce = f"replaying {count:,} records of {args.file} to {settings.bootstrap_servers}"
         return _send(args, settings, _limited(records, args.count), topics, args.rate, announce, count)
     if args.command == "record":
         if not args.events and not args.metrics:
@@ -269,7 +269,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     weights = (max(1, round(args.events_rate)), max(1, round(args.metrics_rate)))
     announce = (
         f"demo: {args.events_rate:g} events/s to {events.topic}, {args.metrics_rate:g} points/s to {metrics.topic} "
-        f"at {args.bootstrap_servers}; Ctrl-C to stop"
+        f"at {settings.bootstrap_servers}; Ctrl-C to stop"
     )
     records = interleave([(events, weights[0]), (metrics, weights[1])])
     return _send(args, settings, records, [events.topic, metrics.topic], args.events_rate + args.metrics_rate, announce)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import shlex
-import sys
 
 import pytest
 from packaging.requirements import Requirement
 
+from infra import locked_requirements as locked
 from streamstate.settings import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "infra"))
-import locked_requirements as locked  # noqa: E402
 
 LOCK = REPO_ROOT / "requirements.lock"
 PYPROJECT = REPO_ROOT / "pyproject.toml"
