@@ -163,7 +163,7 @@ def produce_scenario_to_kinesis(settings: Settings, scenario) -> list:
     topic = stream, partition = shard number, offset = ordinal, with arrival time and sequence number."""
     from tests.reference_rules import SourceRecord
     from streamstate.producers.kinesis_writer import produce_records
-    from streamstate.producers.records import ProducedRecord
+    from streamstate.producers.produced_record import ProducedRecord
 
     stream_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
     records = [ProducedRecord(stream_of[r.topic], r.key, r.value, r.malformed_reason, r.kind) for r in scenario.records]

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from streamstate.api.records import AlertRecord
+from streamstate.api.record_contracts import AlertRecord
 
 _OVERFLOW = None  # the queue item that tells a client it fell too far behind
 

@@ -29,8 +29,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streamstate.api.broadcast import AlertBroadcaster
 from streamstate.api.metrics import ApiMetrics
-from streamstate.api.decoding import Decoder, Row
-from streamstate.api.records import Source, build
+from streamstate.api.parallel_validation import Decoder, Row
+from streamstate.api.record_contracts import Source, build
 from streamstate.api.store import StoreDamaged, view_identity
 from streamstate.api.view import Consumed, StateView
 from streamstate.kafka_clients import admin, reader_config, reason, watermarks

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from fastapi.responses import Response
 
-from streamstate.api.records import Source
+from streamstate.api.record_contracts import Source
 
 JSON = "application/json"
 

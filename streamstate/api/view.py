@@ -37,7 +37,7 @@ from itertools import islice
 
 from sortedcontainers import SortedList
 
-from streamstate.api.records import AlertRecord, Record, SeriesRecord, SessionRecord, Source, Tombstone
+from streamstate.api.record_contracts import AlertRecord, Record, SeriesRecord, SessionRecord, Source, Tombstone
 from streamstate.api.store import (
     ACTIVE,
     ALERT,

@@ -23,7 +23,7 @@ from streamstate.producers import kinesis_writer
 from streamstate.producers.generators import DEFAULT_START_TS, MetricGenerator, UserEventGenerator, interleave
 from streamstate.producers.kafka_writer import ProducerSetupError, ProduceSummary, check_broker, produce_records
 from streamstate.kafka_clients import connection
-from streamstate.producers.records import ProducedRecord
+from streamstate.producers.produced_record import ProducedRecord
 from streamstate.producers.scenario import ScenarioError, read_scenario, write_scenario
 from streamstate.cli_common import add_kafka_options, add_version, settings_from_args
 from streamstate.settings import Settings, get_settings

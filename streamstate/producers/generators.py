@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, Literal, Sequence
 
 from streamstate.contracts import Metric, UserEvent
 from streamstate.producers.malformed import EVENT_CORRUPTIONS, METRIC_CORRUPTIONS, Corruption
-from streamstate.producers.records import ProducedRecord, RecordKind, expected_reason
+from streamstate.producers.produced_record import ProducedRecord, RecordKind, expected_reason
 from streamstate.settings import Settings, get_settings
 
 __all__ = ["ProducedRecord", "UserEventGenerator", "MetricGenerator", "interleave", "DEFAULT_START_TS"]

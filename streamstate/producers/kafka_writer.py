@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streamstate.kafka_clients import admin, bootstrap_of, producer_config, reason
 from streamstate.producers.pacing import ProgressLine, TokenBucket
-from streamstate.producers.records import ProducedRecord
+from streamstate.producers.produced_record import ProducedRecord
 
 log = logging.getLogger("streamstate.producers.kafka")
 log.addHandler(logging.NullHandler())

@@ -20,7 +20,7 @@ from typing import Iterable, TextIO
 from streamstate.kinesis import kinesis_client
 from streamstate.producers.kafka_writer import ProducerSetupError, ProduceSummary
 from streamstate.producers.pacing import ProgressLine, TokenBucket
-from streamstate.producers.records import ProducedRecord
+from streamstate.producers.produced_record import ProducedRecord
 
 PUT_RECORDS_MAX = 500
 # A paced run sends what it has at least this often: one PutRecords per record would cap the

@@ -2,7 +2,7 @@
 
 Each corruption takes a valid record's fields and returns the broken (key, value) bytes;
 the expected reason is never written here but asked of the contract itself
-(:func:`streamstate.producers.records.expected_reason`).
+(:func:`streamstate.producers.produced_record.expected_reason`).
 """
 
 from __future__ import annotations

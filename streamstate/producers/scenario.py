@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
-from streamstate.producers.records import RECORD_KINDS, ProducedRecord
+from streamstate.producers.produced_record import RECORD_KINDS, ProducedRecord
 
 
 class ScenarioError(Exception):

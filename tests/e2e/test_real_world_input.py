@@ -17,7 +17,7 @@ import time
 import pytest
 
 from streamstate.contracts import ContractError, Metric, UserEvent, parse_input
-from streamstate.producers.records import ProducedRecord
+from streamstate.producers.produced_record import ProducedRecord
 from tests.scenario import (
     Scenario,
     assert_outputs_match,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from streamstate.producers.kinesis_writer import kinesis_entry
-from streamstate.producers.records import ProducedRecord
+from streamstate.producers.produced_record import ProducedRecord
 from tests.kinesis_testing import read_back
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from streamstate.contracts import DeadLetter, Metric, UserEvent
 from tests.reference_rules import run_reference
-from streamstate.producers.records import ProducedRecord, expected_reason
+from streamstate.producers.produced_record import ProducedRecord, expected_reason
 from tests.reliability.bad_records import bad_record, huge_string, near_limit_value
 from tests.reliability.conftest import LARGE
 from tests.scenario import assert_outputs_match, build_scenario, produce_scenario, read_topic, run_jobs_in_process

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamstate.api.cursor import BadCursor, decode_cursor, encode_cursor
-from streamstate.api.records import AlertRecord, Source, Tombstone, decode
+from streamstate.api.record_contracts import AlertRecord, Source, Tombstone, decode
 from streamstate.api.store import open_store
 from streamstate.api.view import StateView
 from streamstate.contracts import ContractError, SessionSnapshot
@@ -387,7 +387,7 @@ def test_an_unreadable_or_foreign_store_is_set_aside_and_rebuilt(tmp_path):
 
 # ------------------------------------------------------------------------ validation workers
 def test_worker_validation_gives_what_inline_validation_gives_in_order():
-    from streamstate.api.decoding import Decoder
+    from streamstate.api.parallel_validation import Decoder
 
     rows = [
         (Source.SESSIONS, 0, i, f"u{i}".encode(), session_snapshot(f"u{i}", active=i % 2 == 0, ts=i).to_json())

@@ -16,7 +16,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from streamstate.api.deps import ContextDep
 from streamstate.api.models import AlertList, Problem
-from streamstate.api.records import Source
+from streamstate.api.record_contracts import Source
 from streamstate.api.routes.sessions import MAX_LIMIT
 
 STREAM_PATH = "/alerts/stream"

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from streamstate.api.context import ApiContext
 from streamstate.api.deps import ContextDep
 from streamstate.api.models import NOT_FOUND, SeriesResponse
-from streamstate.api.records import Source
+from streamstate.api.record_contracts import Source
 
 router = APIRouter(tags=["series"])
 

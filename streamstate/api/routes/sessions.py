@@ -16,7 +16,7 @@ from streamstate.api.context import ApiContext
 from streamstate.api.cursor import CURSOR_PATTERN, BadCursor, decode_cursor, encode_cursor
 from streamstate.api.deps import ContextDep
 from streamstate.api.models import NOT_FOUND, Problem, SessionPage, SessionResponse
-from streamstate.api.records import Source
+from streamstate.api.record_contracts import Source
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100

@@ -12,7 +12,7 @@ merge, throttling waited out with backoff, ``maxRecordsPerTrigger``.
 from streamstate.jobs.kinesis.connector import read_kinesis
 from streamstate.jobs.kinesis.datasource import SHORT_NAME, KinesisDataSource
 from streamstate.jobs.kinesis.options import KinesisOptionError, KinesisOptions
-from streamstate.jobs.kinesis.records import KINESIS_SCHEMA
+from streamstate.jobs.kinesis.arrow_batches import KINESIS_SCHEMA
 from streamstate.jobs.kinesis.retry import KinesisSourceError
 
 __all__ = [

@@ -16,7 +16,7 @@ def read_kinesis(
     maxRecordsPerTrigger: int | None = None,  # noqa: N803
     **extra_options: str,
 ) -> DataFrame:
-    """A streaming DataFrame of the stream's records (:data:`~streamstate.jobs.kinesis.records.KINESIS_SCHEMA`).
+    """A streaming DataFrame of the stream's records (:data:`~streamstate.jobs.kinesis.arrow_batches.KINESIS_SCHEMA`).
 
     ``endpointUrl`` and ``region`` default to ``settings.kinesis_endpoint_url`` and
     ``settings.kinesis_region``; ``maxRecordsPerTrigger`` to ``settings.max_offsets_per_trigger``.

@@ -7,7 +7,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from streamstate.jobs.kinesis.options import KinesisOptions
-from streamstate.jobs.kinesis.records import KINESIS_SCHEMA
+from streamstate.jobs.kinesis.arrow_batches import KINESIS_SCHEMA
 from streamstate.jobs.kinesis.source import KinesisStreamReader
 
 SHORT_NAME = "streamstate_kinesis"

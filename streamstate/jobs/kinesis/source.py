@@ -45,7 +45,7 @@ from streamstate.jobs.kinesis.offsets import (
 )
 from streamstate.jobs.kinesis.options import KinesisOptions
 from streamstate.jobs.kinesis.planning import read_in_shares, readable, reconcile
-from streamstate.jobs.kinesis.records import to_record_batch
+from streamstate.jobs.kinesis.arrow_batches import to_record_batch
 from streamstate.jobs.kinesis.retry import KinesisSourceError
 
 log = logging.getLogger(__name__)

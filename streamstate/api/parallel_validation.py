@@ -5,7 +5,7 @@ more than consuming it and writing it to the store together, so one thread canno
 a view much faster than ~100,000 snapshots/s. While the follower has at least
 :data:`PARALLEL_FROM` records to catch up on, batches are validated by a pool of worker
 processes (one per core) while the follower thread consumes the next batches and writes the
-validated ones; only small summaries travel back (:func:`~streamstate.api.records.summarize`),
+validated ones; only small summaries travel back (:func:`~streamstate.api.record_contracts.summarize`),
 the record bytes stay in the follower. Results are applied in consumption order, so the
 view sees exactly what inline validation would give. Once caught up the pool is shut down
 and the few records that trickle in are validated inline (no process hop per record).
@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from streamstate.api.records import Source, Summary, summarize_batch
+from streamstate.api.record_contracts import Source, Summary, summarize_batch
 
 # (source, partition, offset, key, value) of one consumed record
 Row = tuple[Source, int, int, bytes | None, bytes | None]
