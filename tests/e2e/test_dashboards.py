@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.stack.observability import PanelQuery, load_dashboards, panel_queries
+from tests.dashboards import PanelQuery, load_dashboards, panel_queries
 from streamstate.settings import REPO_ROOT
 from streamstate.stack.launcher import EmbeddedStack, free_port
 from streamstate.topics import TopicSpec, create_topics, load_topics

@@ -22,7 +22,7 @@ from streamstate.api.store import open_store
 from streamstate.api.view import StateView
 from streamstate.jobs.metrics import JobMetrics
 from streamstate.jobs.registry import JOBS
-from streamstate.stack.observability import DASHBOARDS_DIR, DATASOURCE_UID, load_dashboards, panel_queries, panels
+from tests.dashboards import DASHBOARDS_DIR, DATASOURCE_UID, load_dashboards, panel_queries, panels
 from streamstate.settings import REPO_ROOT
 
 PROVISIONING = REPO_ROOT / "infra" / "grafana" / "provisioning"
