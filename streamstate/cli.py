@@ -15,6 +15,7 @@ from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
 from streamstate.cli_common import add_kafka_options, add_version, setting_error, settings_from_args
+from streamstate.errors import ConfigurationError
 from streamstate.stack.profiles import PROFILES
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.kafka_clients import masked_json, reason, wait_for_broker
@@ -23,7 +24,7 @@ from streamstate.topics import TopicSpec, create_topics, existing_topics, load_t
 EXIT_ERROR = 2
 
 
-class CommandError(Exception):
+class CommandError(ConfigurationError):
     """A failure the user can act on; its message is printed as ``error: <message>``."""
 
 

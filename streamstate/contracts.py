@@ -17,6 +17,7 @@ import typing
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from streamstate.errors import StreamstateError
 
 EVENT_TYPES = ("login", "page_view", "click", "purchase", "logout")
 EventType = Literal["login", "page_view", "click", "purchase", "logout"]
@@ -47,7 +48,7 @@ def _finite_double(value: int | float) -> float:
 Number = Annotated[Union[StrictInt, StrictFloat], AfterValidator(_finite_double)]
 
 
-class ContractError(ValueError):
+class ContractError(StreamstateError, ValueError):
     """A record that breaks its contract; ``reason`` is the one-line, precise cause."""
 
     def __init__(self, reason: str):

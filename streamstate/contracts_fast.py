@@ -51,6 +51,7 @@ from pydantic import AfterValidator, BaseModel
 from pydantic.types import Strict
 
 from streamstate.contracts import ContractError, Metric, UserEvent, _finite_double, key_field, parse_input
+from streamstate.errors import ConfigurationError
 
 # Longer values are left to the contract: see the module docstring (4,300-digit integers).
 FAST_MAX_BYTES = 4096
@@ -65,7 +66,7 @@ _BOUNDS = {annotated_types.Ge: "ge", annotated_types.Le: "le", annotated_types.G
 _LENGTHS = {annotated_types.MinLen: "min_length", annotated_types.MaxLen: "max_length"}
 
 
-class NoFastEquivalent(TypeError):
+class NoFastEquivalent(ConfigurationError, TypeError):
     """A contract field or model setting the fast path cannot reproduce exactly."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamstate.settings import REPO_ROOT
+from streamstate.errors import UnavailableError
 
 SERVER_DIR = REPO_ROOT / "infra" / "kinesis"
 SERVER_MAIN = SERVER_DIR / "node_modules" / "kinesis-local" / "main.js"
@@ -24,7 +25,7 @@ SERVER_MAIN = SERVER_DIR / "node_modules" / "kinesis-local" / "main.js"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "streamstate-local", "AWS_SECRET_ACCESS_KEY": "streamstate-local"}
 
 
-class KinesisUnavailable(RuntimeError):
+class KinesisUnavailable(UnavailableError, RuntimeError):
     """The Kinesis endpoint does not answer, or the local server is not installed."""
 
 

@@ -6,11 +6,12 @@ refused; only a malformed one is (400).
 """
 
 from __future__ import annotations
+from streamstate.errors import ApiError
 
 CURSOR_PATTERN = r"^(?:[0-9a-fA-F]{2})*$"
 
 
-class BadCursor(ValueError):
+class BadCursor(ApiError, ValueError):
     """A cursor that is not an even-length hex string."""
 
 

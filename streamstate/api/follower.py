@@ -33,6 +33,7 @@ from streamstate.api.parallel_validation import Decoder, Row
 from streamstate.api.record_contracts import Source, build
 from streamstate.api.store import StoreDamaged, view_identity
 from streamstate.api.view import Consumed, StateView
+from streamstate.errors import ApiError
 from streamstate.kafka_clients import admin, reader_config, reason, watermarks
 from streamstate.settings import Settings
 
@@ -64,7 +65,7 @@ class Readiness:
     remaining: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
-class _StartFailed(Exception):
+class _StartFailed(ApiError):
     """A start-up step that cannot complete yet (missing topic); retried after a pause."""
 
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
+from streamstate.errors import ApiError
 
 log = logging.getLogger("streamstate.api.store")
 
@@ -81,12 +82,12 @@ def _offset_key(source: str, partition: int) -> bytes:
     return _OFFSET + source.encode() + b"\x00" + _PARTITION.pack(partition)
 
 
-class StoreDamaged(RuntimeError):
+class StoreDamaged(ApiError, RuntimeError):
     """RocksDB reported corruption or an I/O error on this store: nothing it answers can be trusted
     until it is rebuilt from the topics."""
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(ApiError, RuntimeError):
     """The store can be neither used nor rebuilt here: another process holds it (a second API on
     the same ``api_store_path``), or its directory cannot be written."""
 

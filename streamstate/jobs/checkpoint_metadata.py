@@ -22,11 +22,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from streamstate.errors import CheckpointError
+
 DIGEST = "sha256"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint the job must not run on as it is; the message says why and what to do."""
 
 
 class CheckpointMetadataDamaged(CheckpointError):

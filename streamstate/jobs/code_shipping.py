@@ -32,13 +32,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streamstate.settings import REPO_ROOT, Settings
+from streamstate.errors import JobError
 
 CODE_CACHE = REPO_ROOT / "var" / "dist"
 # Files the build backend reads besides the mapped package folders.
 BUILD_FILES = ("pyproject.toml", "README.md")
 
 
-class CodeShippingError(RuntimeError):
+class CodeShippingError(JobError, RuntimeError):
     """The project's code could not be packaged for the executors."""
 
 

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 from streamstate.settings import Settings
+from streamstate.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -33,7 +34,7 @@ JobBuilder = Callable[["JobContext"], "DataFrame"]
 OutputMode = Literal["append", "update", "complete"]
 
 
-class JobDeclarationError(ValueError):
+class JobDeclarationError(ConfigurationError, ValueError):
     """A job's declaration names something that does not exist or contradicts itself."""
 
 

@@ -12,11 +12,14 @@ import json
 import logging
 from typing import Any, Callable
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streamstate.jobs.declaration import JobSpec
 from streamstate.jobs.kafka import write_kafka
+from streamstate.jobs.lost_input import raise_if_lost_input
 from streamstate.kinds import Kind
 from streamstate.settings import Settings
 
@@ -43,44 +46,50 @@ def batch_router(
             before_batch()
         batch = batch.persist()
         try:
-            summary = (
-                batch.groupBy(
-                    "kind",
-                    # Each payload field is parsed only on the kind whose metric needs it: most of a
-                    # batch's rows are snapshots, which none of them concern.
-                    _field_of(Kind.ALERT, "kind").alias("alert_kind"),
-                    _field_of(Kind.DEAD_LETTER, "stage").alias("stage"),
-                    F.when(F.col("kind") == Kind.COUNT.value, F.col("key")).alias("counter"),
-                )
-                .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == Kind.COUNT.value, F.col("payload").cast("long"))).alias("total"))
-                .collect()
-            )
-            counts: dict[str, int] = {}
-            for row in summary:
-                counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
-            _check_declared(job, batch_id, counts, summary)
-            topics = {kind: topic_of_kind[kind] for kind in sorted(counts) if kind != Kind.COUNT}
-            if topics:
-                # Every kind in one pass: a Spark job per kind costs ~0.3 s of task scheduling
-                # and Python worker round trips each, whatever the row count.
-                expected = sum(counts[kind] for kind in topics)
-                topic_of_row = F.create_map(*[F.lit(v) for pair in topics.items() for v in pair])[F.col("kind")]
-                rows = batch.filter(F.col("kind").isin(list(topics))).select(
-                    "key", F.col("payload").alias("value"), topic_of_row.alias("topic")
-                )
-                written = write_kafka(rows, settings, topic=None)
-                if written != expected:
-                    raise RuntimeError(
-                        f"batch {batch_id}: wrote {written} of {expected} records to {', '.join(sorted(set(topics.values())))}"
-                    )
-            if metrics is not None:
-                metrics.count_batch(summary, topic_of_kind)
-                for kind in read_kinds & set(counts):
-                    metrics.read_rows(kind, _payloads(batch, kind))
-            if on_batch is not None:
-                on_batch(batch_id, counts)
+            _route(batch, batch_id)
+        except (Py4JJavaError, CapturedException) as error:  # a Spark action of this batch failed in the JVM
+            raise_if_lost_input(error)
+            raise
         finally:
             batch.unpersist()
+
+    def _route(batch: DataFrame, batch_id: int) -> None:
+        summary = (
+            batch.groupBy(
+                "kind",
+                # Each payload field is parsed only on the kind whose metric needs it: most of a
+                # batch's rows are snapshots, which none of them concern.
+                _field_of(Kind.ALERT, "kind").alias("alert_kind"),
+                _field_of(Kind.DEAD_LETTER, "stage").alias("stage"),
+                F.when(F.col("kind") == Kind.COUNT.value, F.col("key")).alias("counter"),
+            )
+            .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == Kind.COUNT.value, F.col("payload").cast("long"))).alias("total"))
+            .collect()
+        )
+        counts: dict[str, int] = {}
+        for row in summary:
+            counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
+        _check_declared(job, batch_id, counts, summary)
+        topics = {kind: topic_of_kind[kind] for kind in sorted(counts) if kind != Kind.COUNT}
+        if topics:
+            # Every kind in one pass: a Spark job per kind costs ~0.3 s of task scheduling
+            # and Python worker round trips each, whatever the row count.
+            expected = sum(counts[kind] for kind in topics)
+            topic_of_row = F.create_map(*[F.lit(v) for pair in topics.items() for v in pair])[F.col("kind")]
+            rows = batch.filter(F.col("kind").isin(list(topics))).select(
+                "key", F.col("payload").alias("value"), topic_of_row.alias("topic")
+            )
+            written = write_kafka(rows, settings, topic=None)
+            if written != expected:
+                raise RuntimeError(
+                    f"batch {batch_id}: wrote {written} of {expected} records to {', '.join(sorted(set(topics.values())))}"
+                )
+        if metrics is not None:
+            metrics.count_batch(summary, topic_of_kind)
+            for kind in read_kinds & set(counts):
+                metrics.read_rows(kind, _payloads(batch, kind))
+        if on_batch is not None:
+            on_batch(batch_id, counts)
 
     return route
 

@@ -31,7 +31,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
-from streamstate.jobs.checkpoint_metadata import CheckpointError
+from streamstate.errors import CheckpointError
+from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
@@ -45,16 +46,6 @@ from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
-
-# How lost input shows in a failed query: our SourceResetError (topic id changed), or a Kafka
-# source's data-loss error, which always names the failOnDataLoss option (ours and Spark's).
-SOURCE_RESET_MARKERS = ("SourceResetError", "failOnDataLoss")
-
-
-def is_source_reset(error: object) -> bool:
-    text = str(error)
-    return any(marker in text for marker in SOURCE_RESET_MARKERS)
-
 
 def parse_args(spec: JobSpec, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(
@@ -106,7 +97,7 @@ def start_query(
     """Start one of ``job``'s streaming queries, its own unless ``query`` names an extra one
     (also used in-process by the tests and benchmarks).
 
-    Raises :class:`~streamstate.jobs.checkpoint_metadata.CheckpointError` when ``checkpoint`` was written
+    Raises :class:`~streamstate.errors.CheckpointError` when ``checkpoint`` was written
     with a state partition count other than ``settings.shuffle_partitions`` (Spark would silently keep
     the old one) or another bucket count, or when the metadata kept next to it is damaged.
     With ``check_inputs`` (and a Kafka source), every batch first checks that the job's input

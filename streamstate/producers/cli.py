@@ -26,6 +26,7 @@ from streamstate.kafka_clients import connection
 from streamstate.producers.produced_record import ProducedRecord
 from streamstate.producers.scenario import ScenarioError, read_scenario, write_scenario
 from streamstate.cli_common import add_kafka_options, add_version, settings_from_args
+from streamstate.errors import ProducerError
 from streamstate.settings import Settings, get_settings
 
 EXIT_OK, EXIT_DELIVERY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -33,7 +34,7 @@ SUB_COMMANDS = ("events", "metrics", "replay", "record", "demo")
 GENERATED = {"events": "user events", "metrics": "metric points"}  # sub-command -> what it sends
 
 
-class UsageError(Exception):
+class UsageError(ProducerError):
     """Bad command-line input; reported as one ``error:`` line."""
 
 

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from streamstate.kafka_clients import admin, bootstrap_of, producer_config, reason
 from streamstate.producers.pacing import ProgressLine, TokenBucket
 from streamstate.producers.produced_record import ProducedRecord
+from streamstate.errors import ProducerError
 
 log = logging.getLogger("streamstate.producers.kafka")
 log.addHandler(logging.NullHandler())
@@ -31,7 +32,7 @@ log.addHandler(logging.NullHandler())
 MESSAGE_TIMEOUT_MS = 30_000
 
 
-class ProducerSetupError(Exception):
+class ProducerSetupError(ProducerError):
     """The run cannot start (broker unreachable, topic missing); the message is one line."""
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
 from streamstate.producers.produced_record import RECORD_KINDS, ProducedRecord
+from streamstate.errors import ProducerError
 
 
-class ScenarioError(Exception):
+class ScenarioError(ProducerError):
     """A scenario file that cannot be read; the message names the file (and line) in one line."""
 
 

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from streamstate.settings import REPO_ROOT
+from streamstate.errors import ConfigurationError
 
 VERSIONS_FILE = REPO_ROOT / "infra" / "versions.env"
 SCRIPTS = REPO_ROOT / "infra" / "deps"
@@ -25,7 +26,7 @@ DEPS_DIR = REPO_ROOT / ".deps"  # infra/deps/common.sh installs here
 COMPONENTS = ("spark-jars", "kafka", "minio")
 
 
-class DependencyMissing(RuntimeError):
+class DependencyMissing(ConfigurationError, RuntimeError):
     """A part of the production profile is not installed and could not be installed."""
 
 

@@ -17,12 +17,13 @@ import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from streamstate.errors import StackError
 
 REGION = "us-east-1"  # MinIO's default region; S3A is configured with the same
 _S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
-class S3Error(RuntimeError):
+class S3Error(StackError, RuntimeError):
     """An S3 request failed: the status and the server's error message."""
 
 

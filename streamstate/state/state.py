@@ -16,17 +16,18 @@ from functools import cached_property
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from streamstate.errors import StateError
 
 
-class StateTypeError(TypeError):
+class StateTypeError(StateError, TypeError):
     """A stored state does not match the spec's declared ``state_type`` (e.g. after a release)."""
 
 
-class StateUsageError(RuntimeError):
+class StateUsageError(StateError, RuntimeError):
     """The user function used its ``State`` wrongly (get on a missing state, update after remove, ...)."""
 
 
-class OutputTooLarge(ValueError):
+class OutputTooLarge(StateError, ValueError):
     """An output or snapshot over the spec's ``max_output_bytes``: it could never be written to Kafka."""
 
 

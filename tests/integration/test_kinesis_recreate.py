@@ -13,7 +13,7 @@ import pytest
 
 from streamstate.jobs.kinesis import read_kinesis
 from streamstate.jobs.kinesis.identity import epoch_ms, iso_ms
-from streamstate.jobs.runner import is_source_reset
+from streamstate.jobs.lost_input import is_source_reset
 from streamstate.kinesis import create_stream
 from tests.integration.kafka_testing import collect_batches
 from tests.kinesis_testing import client, put_in_order

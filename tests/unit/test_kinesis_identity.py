@@ -14,7 +14,7 @@ from streamstate.jobs.kinesis.identity import check_same_stream, epoch_ms, iso_m
 from streamstate.jobs.kinesis.offsets import ShardPosition, created_from_json, offsets_from_json, offsets_to_json
 from streamstate.jobs.kinesis.options import KinesisOptions
 from streamstate.jobs.kinesis.source import KinesisStreamReader
-from streamstate.jobs.runner import is_source_reset
+from streamstate.jobs.lost_input import is_source_reset
 
 SEQ = "49680478993133993994988306641846787455812600058399948802"
 CREATED = 1_795_000_000_123  # epoch ms: 2026-11-18T11:06:40.123Z

@@ -15,11 +15,12 @@ from pyspark.sql import functions as F
 
 from streamstate.kafka_clients import spark_kafka_options
 from streamstate.settings import Settings
+from streamstate.errors import ConfigurationError
 
 BUILTIN_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
-class KafkaConnectorUnavailable(RuntimeError):
+class KafkaConnectorUnavailable(ConfigurationError, RuntimeError):
     """Spark's Kafka connector is not on this session's classpath."""
 
 

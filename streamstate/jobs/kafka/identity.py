@@ -15,12 +15,13 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaException, TopicCollection
 
 from streamstate.kafka_clients import admin
+from streamstate.errors import SourceError
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid, base64
 TIMEOUT_S = 10.0
 
 
-class SourceResetError(RuntimeError):
+class SourceResetError(SourceError, RuntimeError):
     """An input topic is not the one the checkpoint was written from, or lost records under it."""
 
 

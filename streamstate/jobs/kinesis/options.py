@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from streamstate.jobs.kinesis.retry import Backoff
 from streamstate.jobs.source_options import boolean, positive_int
+from streamstate.errors import ConfigurationError
 
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
 OPTIONS = (
@@ -27,7 +28,7 @@ OPTIONS = (
 GET_RECORDS_MAX = 10_000  # Kinesis' own cap on GetRecords' Limit
 
 
-class KinesisOptionError(ValueError):
+class KinesisOptionError(ConfigurationError, ValueError):
     """An option of the Kinesis source is missing or malformed."""
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
+from streamstate.errors import SourceError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -27,7 +28,7 @@ THROTTLING_CODES = frozenset(
 TRANSIENT_CODES = frozenset({"InternalFailure", "InternalFailureException", "ServiceUnavailable", "ServiceUnavailableException"})
 
 
-class KinesisSourceError(RuntimeError):
+class KinesisSourceError(SourceError, RuntimeError):
     """Reading the stream failed in a way the source does not retry; the message says what to do."""
 
 

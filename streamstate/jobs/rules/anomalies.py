@@ -32,13 +32,14 @@ from functools import cached_property
 from typing import Any
 
 from streamstate.contracts import Alert, LastAnomaly, MetricSnapshot
+from streamstate.errors import JobError
 from streamstate.settings import Settings, defaults
 
 # Extra bits carried through integer square roots: the result is rounded to a double once.
 _ROOT_BITS = 64
 
 
-class Rejected(ValueError):
+class Rejected(JobError, ValueError):
     """A valid value the rule cannot apply; the series' state is left untouched."""
 
 

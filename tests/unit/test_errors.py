@@ -1,0 +1,68 @@
+"""One exception family: every exception the project defines descends from StreamstateError
+through its layer's branch, and lost input is recognised by type or error class first."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import traceback
+import warnings
+
+import pytest
+
+import streamstate
+from streamstate import errors
+from streamstate.jobs.kafka.identity import SourceResetError
+from streamstate.jobs.lost_input import is_source_reset
+
+BRANCHES = (
+    errors.ConfigurationError, errors.StateError, errors.JobError, errors.ApiError, errors.ProducerError,
+    errors.StackError, errors.UnavailableError,
+)
+
+
+def _defined_exceptions() -> list[type[BaseException]]:
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the state API's old path
+        for module in pkgutil.walk_packages(streamstate.__path__, "streamstate."):
+            for _, cls in inspect.getmembers(importlib.import_module(module.name), inspect.isclass):
+                if issubclass(cls, BaseException) and cls.__module__ == module.name:
+                    found.append(cls)
+    return found
+
+
+DEFINED = _defined_exceptions()
+
+
+def test_the_walk_finds_the_exceptions_of_every_layer():
+    modules = {cls.__module__.split(".")[1] for cls in DEFINED}
+    assert {"api", "jobs", "producers", "stack", "state", "errors", "contracts"} <= modules, modules
+
+
+@pytest.mark.parametrize("cls", DEFINED, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_every_exception_descends_from_the_root(cls):
+    assert issubclass(cls, errors.StreamstateError)
+
+
+@pytest.mark.parametrize("cls", [c for c in DEFINED if c.__module__ != "streamstate.errors"], ids=lambda c: c.__qualname__)
+def test_every_layer_class_sits_on_a_branch_or_is_one(cls):
+    from streamstate.contracts import ContractError
+
+    assert issubclass(cls, (*BRANCHES, ContractError)), cls.__mro__
+
+
+def test_lost_input_is_recognised_by_type_and_by_the_text_that_crosses_the_jvm():
+    error = SourceResetError("topic user-events was recreated")
+    assert is_source_reset(error)
+    try:
+        raise error
+    except SourceResetError as caught:
+        crossed = "".join(traceback.format_exception(caught))  # what a PythonException carries
+    assert is_source_reset(f"org.apache.spark.api.python.PythonException: {crossed}")
+
+
+def test_other_failures_are_not_lost_input():
+    assert not is_source_reset(RuntimeError("broker unreachable"))
+    assert not is_source_reset("a message that mentions SourceResetError only in passing")
