@@ -92,10 +92,11 @@ def show_config(args: argparse.Namespace, settings: Settings) -> int:
     """Every setting with its environment variable, current value and meaning."""
     rows = [("Environment variable", "Default", "Meaning")] if args.markdown else []
     for name, field in Settings.model_fields.items():
-        default = field.default if field.default_factory is None else field.default_factory()
+        default = field.get_default(call_default_factory=True)
         value = getattr(settings, name) if not args.markdown else default
         shown = "" if value is None else str(value).replace(str(REPO_ROOT), "<repo>")
-        if value is not None and (field.json_schema_extra or {}).get("secret"):
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if value is not None and extra.get("secret"):
             shown = "<set>"  # a secret is never printed
         elif isinstance(value, dict):  # as the environment variable takes it, secrets masked
             shown = masked_json(value)

@@ -14,7 +14,7 @@ import json
 import math
 import types
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 from streamstate.errors import StreamstateError
@@ -269,7 +269,7 @@ def parse_input(model: type[UserEvent] | type[Metric], key: bytes | None, value:
     """Validate one Kafka record against an input contract, or raise :class:`ContractError`."""
     if value is None:
         raise ContractError("value is null")
-    text = decode_utf8(value, "value")
+    text = cast(str, decode_utf8(value, "value"))  # not None: checked above
     key_text = decode_utf8(key, "key")
     try:
         record = model.model_validate_json(text)
@@ -306,7 +306,7 @@ def dead_letter_text(data: bytes | None) -> str | None:
         return text
     return (
         text[:DEAD_LETTER_TEXT_LIMIT]
-        + f" ...[truncated: the record had {len(data)} bytes; the first {DEAD_LETTER_TEXT_LIMIT} characters are kept]"
+        + f" ...[truncated: the record had {len(data or b'')} bytes; the first {DEAD_LETTER_TEXT_LIMIT} characters are kept]"
     )
 
 

@@ -61,9 +61,9 @@ MAX_BRACKETS = 128
 
 # Model settings whose meaning the derived decoder reproduces: unknown fields are skipped, and
 # msgspec never reads NaN or Infinity, which allow_inf_nan=False refuses too.
-_SUPPORTED_CONFIG = {"extra": {"ignore"}, "frozen": {True, False}, "allow_inf_nan": {False}}
-_BOUNDS = {annotated_types.Ge: "ge", annotated_types.Le: "le", annotated_types.Gt: "gt", annotated_types.Lt: "lt"}
-_LENGTHS = {annotated_types.MinLen: "min_length", annotated_types.MaxLen: "max_length"}
+_SUPPORTED_CONFIG: dict[str, set[Any]] = {"extra": {"ignore"}, "frozen": {True, False}, "allow_inf_nan": {False}}
+_BOUNDS: dict[type, str] = {annotated_types.Ge: "ge", annotated_types.Le: "le", annotated_types.Gt: "gt", annotated_types.Lt: "lt"}
+_LENGTHS: dict[type, str] = {annotated_types.MinLen: "min_length", annotated_types.MaxLen: "max_length"}
 
 
 class NoFastEquivalent(ConfigurationError, TypeError):

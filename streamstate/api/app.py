@@ -8,6 +8,8 @@ operations router (probes, metrics) stays open.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -42,7 +44,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(FastPath, context=context)  # outermost of ours: the read routes that carry the load
     app.include_router(operations.router)
     # The token's security scheme appears in the OpenAPI document only when a token is required.
-    guarded = {"dependencies": [TokenDep], "responses": UNAUTHORIZED} if settings.api_token else {}
+    guarded: dict[str, Any] = {"dependencies": [TokenDep], "responses": UNAUTHORIZED} if settings.api_token else {}
     for router in (sessions.router, series.router, alerts.router):
         app.include_router(router, **guarded)
     return app

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
@@ -313,7 +314,8 @@ class ViewFollower(threading.Thread):
 
         def run() -> None:
             try:
-                done.set_result(action())
+                action()
+                done.set_result(None)
             except BaseException as exc:  # noqa: BLE001 - handed back to the follower's thread
                 done.set_exception(exc)
 
@@ -338,7 +340,8 @@ class ViewFollower(threading.Thread):
             if error is not None:
                 self._on_message_error(message, error)
                 continue
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            # A message without an error always has its coordinates (librdkafka's types say Optional).
+            topic, partition, offset = cast(str, message.topic()), cast(int, message.partition()), cast(int, message.offset())
             rows.append((self._source_of[topic], partition, offset, message.key(), message.value()))
             key = (topic, partition)
             if offset >= self._known_ends.get(key, 0):
@@ -366,9 +369,10 @@ class ViewFollower(threading.Thread):
     def _on_message_error(self, message: Message, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             # An end reached at or past the target counts even if the last offsets were compacted away.
-            target = (self._targets or {}).get((message.topic(), message.partition()))
-            if target is not None and message.offset() >= target:
-                self._done_at_eof.add((message.topic(), message.partition()))
+            where = (cast(str, message.topic()), cast(int, message.partition()))  # an EOF event names its partition
+            target = (self._targets or {}).get(where)
+            if target is not None and cast(int, message.offset()) >= target:
+                self._done_at_eof.add(where)
             return
         log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error.str())
 

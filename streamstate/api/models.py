@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -59,5 +59,6 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
-NOT_FOUND = {404: {"model": Problem, "description": "No such key in the view."}}
-UNAUTHORIZED = {401: {"model": Problem, "description": "Missing or wrong bearer token (when the API requires one)."}}
+# OpenAPI responses, in the shape FastAPI's routers take them.
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "No such key in the view."}}
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {401: {"model": Problem, "description": "Missing or wrong bearer token (when the API requires one)."}}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -88,7 +89,7 @@ def summarize(source: Source, key: bytes | None, value: bytes | None) -> Summary
         return ("t", key_text)
     model, key_field = _MODELS[source]
     try:
-        parsed = model.model_validate_json(decode_utf8(value, "value"), strict=True)
+        parsed = model.model_validate_json(cast(str, decode_utf8(value, "value")), strict=True)  # not None: a tombstone returned above
     except ValidationError as exc:
         raise ContractError(explain(exc)) from None
     if getattr(parsed, key_field) != key_text:
@@ -117,7 +118,7 @@ def build(source: Source, summary: Summary, value: bytes | None) -> Record:
     kind = summary[0]
     if kind == "t":
         return Tombstone(summary[1])
-    body = bytes(value)
+    body = bytes(cast(bytes, value))  # a tombstone returned above
     if kind == "s":
         return SessionRecord(summary[1], body, summary[2], summary[3])
     if kind == "m":

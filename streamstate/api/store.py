@@ -50,8 +50,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
+
 from streamstate.errors import ApiError
 
 log = logging.getLogger("streamstate.api.store")
@@ -177,8 +179,8 @@ class ViewStore:
                 batch.put(key, value)
         for (source, partition), offset in offsets.items():
             batch.put(_offset_key(source, partition), TS.pack(offset))
-        for name, value in counters.items():
-            batch.put(_COUNTER + name.encode(), TS.pack(value))
+        for name, count in counters.items():
+            batch.put(_COUNTER + name.encode(), TS.pack(count))
         with self._guarded():
             self.db.write(batch, self._write_options)
 
@@ -189,7 +191,7 @@ class ViewStore:
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         with self._guarded():
-            return self.db.get(keys) if keys else []
+            return cast("list[bytes | None]", self.db.get(cast(list, keys))) if keys else []
 
     def scan(self, prefix: bytes, after: bytes | None = None):
         """(key, value) of every key with ``prefix`` in key order, strictly after ``prefix + after``;

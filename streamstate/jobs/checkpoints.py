@@ -57,7 +57,7 @@ class CheckpointFiles:
     def __init__(self, spark: SparkSession, checkpoint: str):
         self._jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem is only reachable through the JVM
         self._root = checkpoint.rstrip("/")
-        self._path = self._jvm.org.apache.hadoop.fs.Path
+        self._path = self._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
         self._fs = self._path(self._root).getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
 
     def read(self, relative: str) -> str | None:
@@ -68,7 +68,7 @@ class CheckpointFiles:
             return None
         stream = self._fs.open(path)
         try:
-            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
         finally:
             stream.close()
 
@@ -90,7 +90,7 @@ class CheckpointFiles:
         self._write(self._path(f"{self._root}/{relative}"), text)
 
     def _write(self, path, text: str) -> None:
-        manager = self._jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        manager = self._jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
             path.getParent(), self._fs.getConf()
         )
         manager.mkdirs(path.getParent())

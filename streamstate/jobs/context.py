@@ -22,8 +22,7 @@ from streamstate.kinds import Kind
 from streamstate.settings import Settings
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
+    from streamstate.contracts import Metric, UserEvent
     from streamstate.state import StateSpec
 
 
@@ -43,7 +42,7 @@ class JobContext:
         return read_input(self.spark, self.settings, topics[0])
 
     def keyed_state_rows(
-        self, contract: type[BaseModel], key: str, columns: Sequence[str], spec: StateSpec, snapshots: Kind | None
+        self, contract: type[UserEvent] | type[Metric], key: str, columns: Sequence[str], spec: StateSpec, snapshots: Kind | None
     ) -> DataFrame:
         """The shape of a keyed stateful job, as (kind, key, payload) rows: the input validated
         against ``contract`` (bad records become dead letters), ``spec`` run per ``key`` over

@@ -126,7 +126,7 @@ class JobSpec:
             _check_setting(self.name, "metrics_port", self.metrics_port)
         names = {c.name for c in self.counters} | {n for g in self.gauges for n in (*g.adds, *g.subtracts)}
         object.__setattr__(self, "count_names", frozenset(names))
-        metrics = [m.metric_name for m in (*self.counters, *self.gauges)]
+        metrics = [c.metric_name for c in self.counters] + [g.metric_name for g in self.gauges]
         if len(set(metrics)) != len(metrics):
             raise JobDeclarationError(f"job {self.name!r}: two of its counters and gauges share a metric name: {metrics}")
 

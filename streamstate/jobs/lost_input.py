@@ -34,7 +34,7 @@ def error_conditions(error: object) -> list[str]:
     conditions, hops = [], 0
     while origin is not None and hops < 20:  # a cause chain can loop back on itself
         if is_instance_of(gateway, origin, "org.apache.spark.SparkThrowable"):
-            condition = jvm.PythonErrorUtils.getCondition(origin)
+            condition = jvm.PythonErrorUtils.getCondition(origin)  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
             if condition:
                 conditions.append(str(condition))
         origin, hops = origin.getCause(), hops + 1

@@ -166,15 +166,15 @@ class _Declared:
     def __init__(self, declared: DeclaredCounter | DeclaredGauge, job: str, registry: CollectorRegistry):
         kind = Counter if isinstance(declared, DeclaredCounter) else Gauge
         labels = (["job"] if declared.job_label else []) + ([declared.label] if declared.label else [])
-        self.declared = declared
+        self.label = declared.label
         self._metric = kind(declared.metric_name, declared.documentation, labels, registry=registry)
         self._job = {"job": job} if declared.job_label else {}
         self.balance = 0
 
     def series(self, label_value: str | None = None) -> Any:
         labels = dict(self._job)
-        if self.declared.label:
-            labels[self.declared.label] = label_value or ""
+        if self.label:
+            labels[self.label] = label_value or ""
         return self._metric.labels(**labels) if labels else self._metric
 
 
@@ -248,19 +248,19 @@ class JobMetrics:
         self.records_out = _JobLabelled(records_out, job)
         # -- declared by the job ---------------------------------------------------------
         self.counters = {c.name: _Declared(c, job, r) for c in spec.counters}
-        self.gauges = [_Declared(g, job, r) for g in spec.gauges]
+        self.gauges = [(g, _Declared(g, job, r)) for g in spec.gauges]
 
         for kind in spec.alert_kinds:
             self.alerts.labels(kind=kind)
         for stage in DEAD_LETTER_STAGES:
             self.dead_letters.labels(stage=stage)
-        for counter in self.counters.values():
-            for value in counter.declared.label_values:
-                counter.series(value)
-            if not counter.declared.label:
-                counter.series()
-        for gauge in self.gauges:
-            if not gauge.declared.label:
+        for declared in spec.counters:
+            for value in declared.label_values:
+                self.counters[declared.name].series(value)
+            if not declared.label:
+                self.counters[declared.name].series()
+        for declared_gauge, gauge in self.gauges:
+            if not declared_gauge.label:
                 gauge.series().set(0)
         self._up.labels(job=job).set(0)
 
@@ -273,6 +273,10 @@ class JobMetrics:
     def count_batch(self, summary: list[Any], topic_of_kind: Mapping[str, str]) -> None:
         """Count a batch's rows, summarised by routing (kind, alert_kind, stage, counter: rows, total)."""
         increments: dict[str, dict[str | None, int]] = {}
+
+        def total(names: tuple[str, ...]) -> int:
+            return sum(n for name in names for n in increments.get(name, {}).values())
+
         for row in summary:
             kind, n = row["kind"], row["rows"]
             if kind == Kind.COUNT:
@@ -289,18 +293,17 @@ class JobMetrics:
             if name in self.counters:
                 for label, n in by_label.items():
                     self.counters[name].series(label).inc(n)
-        for gauge in self.gauges:
-            moved = sum(sum(increments.get(name, {}).values()) for name in gauge.declared.adds)
-            moved -= sum(sum(increments.get(name, {}).values()) for name in gauge.declared.subtracts)
+        for declared, gauge in self.gauges:
+            moved = total(declared.adds) - total(declared.subtracts)
             if moved:
                 gauge.balance += moved
                 gauge.series().set(max(0, gauge.balance))
 
     def read_rows(self, kind: str, payloads: list[dict[str, Any]]) -> None:
         """Set the gauges that read rows of ``kind`` from a batch's decoded payloads."""
-        for gauge in self.gauges:
-            if gauge.declared.reads and gauge.declared.reads[0] == kind and payloads:
-                for label, value in gauge.declared.reads[1](payloads).items():
+        for declared, gauge in self.gauges:
+            if declared.reads and declared.reads[0] == kind and payloads:
+                for label, value in declared.reads[1](payloads).items():
                     gauge.series(label).set(value)
 
     # -- listener side ------------------------------------------------------------------

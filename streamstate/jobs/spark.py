@@ -32,7 +32,7 @@ LAUNCHER = "streamstate-spark-python"
 def _quiet(spark: SparkSession, logger: str) -> None:
     """Raise one logger to ERROR: the state server WARNs once per new key and batch."""
     jvm = spark.sparkContext._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, jvm.org.apache.logging.log4j.Level.ERROR)
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, jvm.org.apache.logging.log4j.Level.ERROR)  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
 
 
 def _is_loopback(host: str) -> bool:
@@ -145,16 +145,16 @@ def s3a_conf(settings: Settings, environ: dict[str, str] | None = None) -> dict[
     """
     if not settings.s3_endpoint:
         return {}
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     conf = {
         "spark.hadoop.fs.s3a.endpoint": settings.s3_endpoint,
         "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.connection.ssl.enabled": str(settings.s3_endpoint.startswith("https://")).lower(),
     }
-    if environ.get("AWS_ACCESS_KEY_ID") and environ.get("AWS_SECRET_ACCESS_KEY"):
-        conf["spark.hadoop.fs.s3a.access.key"] = environ["AWS_ACCESS_KEY_ID"]
-        conf["spark.hadoop.fs.s3a.secret.key"] = environ["AWS_SECRET_ACCESS_KEY"]
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        conf["spark.hadoop.fs.s3a.access.key"] = env["AWS_ACCESS_KEY_ID"]
+        conf["spark.hadoop.fs.s3a.secret.key"] = env["AWS_SECRET_ACCESS_KEY"]
     return conf
 
 

@@ -16,7 +16,7 @@ event time, so they never reach the watermark.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -92,7 +92,7 @@ def validate_batch(batch: pa.RecordBatch, contract: FastContract, arrow_schema: 
             refused[i], skewed = (CLOCK_SKEW, reason), True
             for column in columns.values():
                 column[i] = None
-    error, error_stage, raw_key, raw_value = ([None] * n for _ in range(4))
+    error, error_stage, raw_key, raw_value = (cast("list[str | None]", [None] * n) for _ in range(4))
     rows = list(refused)
     for i, key, value in zip(rows, python_bytes(keys, rows), python_bytes(values, rows)):
         error_stage[i], error[i] = refused[i]

@@ -320,11 +320,12 @@ class MetricGenerator(_RecordStream):
         rng = self._rng
         if self._is_anomaly(series_id, ts, index):
             sign = rng.choice((-1.0, 1.0))
-            value, kind = mean + sign * rng.uniform(*self.ANOMALY_STDS) * std, "anomaly"
+            kind: RecordKind = "anomaly"
+            value = mean + sign * rng.uniform(*self.ANOMALY_STDS) * std
             self.anomalies.append((series_id, ts))
         else:
             noise = min(max(rng.gauss(0.0, 1.0), -self.NOISE_CLIP_STDS), self.NOISE_CLIP_STDS)
-            value, kind = mean + noise * std, "metric"
+            kind, value = "metric", mean + noise * std
             if self.malformed_rate and rng.random() < self.malformed_rate:
                 fields = Metric.model_construct(series_id=series_id, ts=ts, value=round(value, 3)).model_dump()
                 other_key = self._other_key(rng, self.series_ids, index)

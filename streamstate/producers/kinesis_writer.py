@@ -44,7 +44,7 @@ def kinesis_entry(record: ProducedRecord) -> dict:
     try:
         key = (record.key or b"").decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"a Kinesis partition key must be UTF-8 text, got {record.key[:40]!r}") from None
+        raise ValueError(f"a Kinesis partition key must be UTF-8 text, got {(record.key or b'')[:40]!r}") from None
     if not 1 <= len(key) <= PARTITION_KEY_MAX:
         raise ValueError(f"a Kinesis partition key has 1 to {PARTITION_KEY_MAX} characters, got {len(key)}")
     return {"PartitionKey": key, "Data": record.value or b""}

@@ -84,7 +84,7 @@ class StateResult:
 
     def dead_letters_of(self, rows: DataFrame) -> DataFrame:
         """The dead letters among ``rows`` (a batch of :attr:`all`)."""
-        columns = ["key", "reason", F.col("payload").alias("value")]
+        columns: list[Column | str] = ["key", "reason", F.col("payload").alias("value")]
         if self.source_columns:
             columns += list(SOURCE_COLUMNS)
         return rows.where(F.col("kind") == DEAD_LETTER).select(*columns)
@@ -156,8 +156,8 @@ def _run(
     plan = Plan.of(spec, ordered_by_offset="offset" in df.columns)
     initial = None
     if spec.initial is not None:
-        initial = _initial_state(df, key, spec)
-        initial = initial.withColumn(BUCKET, bucket_of(initial["key"], spec.bucket_count)).groupBy(BUCKET)
+        keyed = _initial_state(df, key, spec)
+        initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec.bucket_count)).groupBy(BUCKET)
     time_mode = _time_mode(spec)
     packed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec.bucket_count)).mapInArrow(pack, PACKED_SCHEMA)
     hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
@@ -220,7 +220,7 @@ def _event_time_ms(df: DataFrame, column: str | None) -> Column:
 
 
 def _checked_partitions(df: DataFrame, partitions: int) -> int:
-    configured = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    configured = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 0)
     if partitions != configured:
         raise ValueError(
             f"num_partitions({partitions}) differs from spark.sql.shuffle.partitions={configured}: Structured "

@@ -85,7 +85,8 @@ def python_values(column: pa.Array | pa.ChunkedArray) -> list:
         # flatten(), not field(): it applies the struct's own offset and nulls to each field.
         rows = [dict(zip(names, values)) for values in zip(*(python_values(f) for f in column.flatten()))]
         if nulls:
-            rows = [None if missing else row for row, missing in zip(rows, column.is_null().to_numpy(zero_copy_only=False))]
+            nullable: list[dict | None] = [None if missing else row for row, missing in zip(rows, column.is_null().to_numpy(zero_copy_only=False))]
+            return nullable
         return rows
     if _is_text(kind) or (nulls == 0 and _is_number(kind)):
         return column.to_numpy(zero_copy_only=False).tolist()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import pickle
 from functools import cached_property
-from typing import Any
+from typing import Any, overload
 
 from pydantic import TypeAdapter, ValidationError
 from streamstate.errors import StateError
@@ -104,6 +104,7 @@ class StateCodec:
         return to_json(value) if self._adapter is None else self._adapter.dump_json(value).decode()
 
     def _checked(self, key: Any, data: Any, shown: str) -> Any:
+        assert self._adapter is not None  # only typed states are checked
         try:
             return self._adapter.validate_python(data)
         except ValidationError as error:
@@ -314,6 +315,10 @@ DEAD_LETTER_VALUE_LIMIT = 64 * 1024
 REASON_LIMIT = 4 * 1024
 
 
+@overload
+def cut(text: str, limit: int) -> str: ...
+@overload
+def cut(text: None, limit: int) -> None: ...
 def cut(text: str | None, limit: int) -> str | None:
     """``text`` cut to ``limit`` characters, saying how long it was."""
     if text is None or len(text) <= limit:

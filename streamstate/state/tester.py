@@ -95,7 +95,7 @@ class StateTester:
 
     spec: StateSpec
     watermark_delay_ms: int = 0
-    store: dict[Any, str] = field(default_factory=dict)
+    store: dict[Any, bytes] = field(default_factory=dict)
     deadlines: dict[Any, int] = field(default_factory=dict)
     watermark_ms: int = 0
     max_event_time: int | None = None
@@ -112,11 +112,11 @@ class StateTester:
         """Process one micro-batch of records (then due timeouts, then a no-data batch if needed);
         returns the rows it produced (all rows so far are in :attr:`rows`)."""
         first = len(self.rows)
-        records = [Record(*r) for r in records]
+        batch = [Record(*r) for r in records]
         if not self.started:
             self._load_initial(processing_time_ms)
         by_key: dict[Any, list[Record]] = {}
-        for record in records:
+        for record in batch:
             by_key.setdefault(record.key, []).append(record)
         for key, key_records in by_key.items():
             if self.spec.event_time_column is not None:
@@ -127,7 +127,7 @@ class StateTester:
                 self._process_without_data(key, processing_time_ms)
         self._fire_timers(processing_time_ms)
         if self.spec.event_time_column is not None:
-            times = [r.time for r in records if r.time is not None]
+            times = [r.time for r in batch if r.time is not None]
             if times:
                 self.max_event_time = max([*times, self.max_event_time or times[0]])
                 new_watermark = max(self.watermark_ms, self.max_event_time - self.watermark_delay_ms)
@@ -283,7 +283,7 @@ class StateTester:
             result = self.spec.func(key, arg, state)
             key_text = describe_key(key)
             encoded = [output_row(o, key_text, self.spec.output_limit_bytes) for o in as_outputs(result, self.spec.per_record)]
-            text = None
+            text: bytes | None = None
             if driver.exists and not driver.timing_out:
                 text = self.codec.encode(driver.value) if driver.touched else self.store[key]
         except StateTypeError:

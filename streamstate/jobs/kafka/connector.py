@@ -29,7 +29,7 @@ def jvm_class_loads(spark: SparkSession, class_name: str) -> bool:
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         return False
     try:
-        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(class_name, True, False)  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
         return True
     except Exception:  # py4j wraps ClassNotFoundException; any failure means "not usable"
         return False

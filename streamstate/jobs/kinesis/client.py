@@ -34,7 +34,8 @@ class StreamClient:
     def list_shards(self) -> list[Shard]:
         """Every shard within the stream's retention, parents included, in one consistent listing."""
         try:
-            shards, token = [], None
+            shards: list[Shard] = []
+            token = None
             while True:
                 args = {"NextToken": token} if token else {"StreamName": self.stream}
                 page = self.call("ListShards", "list_shards", **args)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 SHARD_ID = re.compile(r"^shardId-(\d+)$")
 INT_MAX = 2**31 - 1
@@ -100,7 +101,8 @@ def offsets_from_json(data: Mapping[str, object], stream: str) -> StreamPosition
         raise ValueError(f"expected Kinesis offsets {{'stream': ..., 'shards': {{...}}}}, got {data!r}")
     if data.get("stream") != stream:
         raise ValueError(f"the checkpoint holds offsets of stream {data.get('stream')!r}, not {stream!r}: use a new checkpoint")
-    return {str(s): ShardPosition.from_json(p, f"offset of {stream}/{s}") for s, p in data["shards"].items()}
+    shards = cast(Mapping[Any, Any], data["shards"])  # checked above
+    return {str(s): ShardPosition.from_json(p, f"offset of {stream}/{s}") for s, p in shards.items()}
 
 
 def created_from_json(data: Mapping[str, object]) -> int | None:

@@ -60,13 +60,13 @@ class KinesisOptions:
         timestamp = parse_timestamp_ms(opts["startingtimestamp"]) if "startingtimestamp" in opts else None
         if (position == "AT_TIMESTAMP") != (timestamp is not None):
             raise KinesisOptionError("option startingTimestamp is required with startingPosition=AT_TIMESTAMP, and only then")
-        fetch = _positive_int(opts, "maxrecordsperfetch", GET_RECORDS_MAX)
+        fetch = _positive_int_or(opts, "maxrecordsperfetch", GET_RECORDS_MAX)
         if fetch > GET_RECORDS_MAX:
             raise KinesisOptionError(f"option maxRecordsPerFetch must be at most {GET_RECORDS_MAX} (GetRecords' limit), got {fetch}")
         backoff = Backoff(
-            initial_ms=_positive_int(opts, "retryinitialms", 100),
-            max_ms=_positive_int(opts, "retrymaxms", 5_000),
-            timeout_ms=_positive_int(opts, "retrytimeoutms", 120_000),
+            initial_ms=_positive_int_or(opts, "retryinitialms", 100),
+            max_ms=_positive_int_or(opts, "retrymaxms", 5_000),
+            timeout_ms=_positive_int_or(opts, "retrytimeoutms", 120_000),
         )
         return cls(
             stream=stream,
@@ -78,7 +78,7 @@ class KinesisOptions:
             max_records_per_fetch=fetch,
             fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
             backoff=backoff,
-            read_timeout_ms=_positive_int(opts, "readtimeoutms", 120_000),
+            read_timeout_ms=_positive_int_or(opts, "readtimeoutms", 120_000),
         )
 
 
@@ -102,3 +102,10 @@ def _boolean(value: str, name: str) -> bool:
 
 def _positive_int(opts: Mapping[str, str], key: str, default: int | None) -> int | None:
     return positive_int(opts, key, default, KinesisOptionError)
+
+
+def _positive_int_or(opts: Mapping[str, str], key: str, default: int) -> int:
+    """An option with a default: always a number."""
+    value = positive_int(opts, key, default, KinesisOptionError)
+    assert value is not None
+    return value

@@ -101,7 +101,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         self._created = self.client.created_ms()
         return offsets_to_json(o.stream, self._cursor, self._created)
 
-    def latestOffset(self) -> dict:
+    def latestOffset(self) -> dict:  # type: ignore[override]  # the form without admission control, which Spark still calls
         if self._cursor is None:
             self.initialOffset()
         assert self._cursor is not None
