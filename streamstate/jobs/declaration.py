@@ -54,22 +54,15 @@ class ExtraQuery:
 
 
 @dataclass(frozen=True)
-class Counter:
-    """A Prometheus counter that the job's rows feed.
-
-    The job's function yields ``Emit(Kind.COUNT, "<name>", "<increment>")``, or
-    ``"<name>:<label value>"`` for a labelled counter; routing adds each batch's increments.
-    The metric is ``streamstate_job_<name>`` with the job's ``job`` label unless ``metric``
-    names another (then ``job_label`` says whether it carries one). ``label_values`` exist at 0
-    from the first scrape: a ``rate()`` over a series that appears at its first increment loses it.
-    """
+class _Metric:
+    """What a job's counters and gauges share: the metric is ``streamstate_job_<name>`` with the
+    job's ``job`` label unless ``metric`` names another (then ``job_label`` says whether it has one)."""
 
     name: str
     documentation: str
     metric: str = ""
     job_label: bool = True
     label: str | None = None
-    label_values: tuple[str, ...] = ()
 
     @property
     def metric_name(self) -> str:
@@ -77,7 +70,20 @@ class Counter:
 
 
 @dataclass(frozen=True)
-class Gauge:
+class Counter(_Metric):
+    """A Prometheus counter that the job's rows feed.
+
+    The job's function yields ``Emit(Kind.COUNT, "<name>", "<increment>")``, or
+    ``"<name>:<label value>"`` for a labelled counter; routing adds each batch's increments.
+    ``label_values`` exist at 0 from the first scrape: a ``rate()`` over a series that appears
+    at its first increment loses it.
+    """
+
+    label_values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gauge(_Metric):
     """A Prometheus gauge of the job, fed in one of two ways.
 
     - ``adds`` / ``subtracts``: counter names (declared or not) whose increments move it, a
@@ -86,18 +92,9 @@ class Gauge:
       ``{label value: value}``; it is called only on batches holding rows of that kind.
     """
 
-    name: str
-    documentation: str
-    metric: str = ""
-    job_label: bool = True
-    label: str | None = None
     adds: tuple[str, ...] = ()
     subtracts: tuple[str, ...] = ()
     reads: tuple[str, Callable[[list[dict[str, Any]]], Mapping[str, float]]] | None = None
-
-    @property
-    def metric_name(self) -> str:
-        return self.metric or f"streamstate_job_{self.name}"
 
 
 @dataclass(frozen=True)
