@@ -6,8 +6,8 @@ processors and the rules run there). Two standard ways are supported:
 * the same image (or the same installation) on every node, as ``docker-compose.yml`` does:
   nothing is shipped (``ship_code = "none"``);
 * a built package on ``spark.submit.pyFiles``: the project's wheel is built with
-  ``pip wheel --no-deps`` (so the ``package-dir`` mapping of ``pyproject.toml`` is applied
-  by the build backend, exactly as for an install), stored as a ``.zip`` (Spark puts
+  ``pip wheel --no-deps`` (so the package is laid out by the build backend, exactly as for
+  an install), stored as a ``.zip`` (Spark puts
   ``.zip``/``.egg`` files, not ``.whl``, on the executors' ``sys.path``; a pure-Python
   wheel is a zip of the import layout) and added with ``SparkContext.addPyFile``.
 
@@ -53,8 +53,10 @@ def source_checkout(root: Path = REPO_ROOT) -> Path | None:
 
 
 def _package_dirs(source: Path) -> list[Path]:
+    """The folders the wheel packages (``[tool.setuptools.packages.find]``): the folder is the import path."""
     config = tomllib.loads((source / "pyproject.toml").read_text())
-    return sorted({source / folder for folder in config["tool"]["setuptools"]["package-dir"].values()})
+    patterns = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted({source / pattern.rstrip("*").rstrip(".") for pattern in patterns})
 
 
 def source_files(source: Path) -> list[Path]:
