@@ -148,7 +148,8 @@ class Run:
                 "runs_per_figure": args.runs,
                 "seed": SEED,
             },
-            "notes": NOTES + [f"sizes: {', '.join(f'{n}={getattr(args, n):,}' for n in SIZES)}" + (" (--quick: a tenth of the issue's)" if args.quick else " (the issue's)")],
+            "notes": NOTES
+            + [f"sizes: {', '.join(f'{n}={getattr(args, n):,}' for n in SIZES)}" + (" (--quick: a tenth of the issue's)" if args.quick else " (the issue's)")],
             "figures": self._kept_figures(),
         }
         self.failed: list[str] = []

@@ -134,7 +134,10 @@ def measure(
             time.sleep(1)  # the alert consumer's last fetch
             period = {**percentiles(clock.between(start_ms, end_ms)), "caught_up": caught_up, "producer": sent}
             periods.append(period)
-            print(f"  latency run {index + 1}/{runs}: {period.get('count', 0)} alerts, p50 {period.get('p50_ms')} ms, p99 {period.get('p99_ms')} ms", flush=True)
+            print(
+                f"  latency run {index + 1}/{runs}: {period.get('count', 0)} alerts, p50 {period.get('p50_ms')} ms, p99 {period.get('p99_ms')} ms",
+                flush=True,
+            )
         batches = [p for p in query.recentProgress if p["numInputRows"] > 0][-20:]
         batch_ms = [p["durationMs"]["triggerExecution"] for p in batches]
         # Where a batch's time goes: Spark's phases and the state operator's own timings.

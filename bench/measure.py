@@ -70,7 +70,13 @@ def query_figures(query, records: int) -> dict[str, Any]:
             durations[phase] = durations.get(phase, 0) + ms
     seconds = durations["triggerExecution"] / 1000
     operators = [
-        {name: op[name] for name in ("operatorName", "numRowsTotal", "numRowsUpdated", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "memoryUsedBytes", "customMetrics") if name in op}
+        {
+            name: op[name]
+            for name in (
+                "operatorName", "numRowsTotal", "numRowsUpdated", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "memoryUsedBytes", "customMetrics"
+            )
+            if name in op
+        }
         for op in batches[-1]["stateOperators"]
     ]
     return {

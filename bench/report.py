@@ -77,7 +77,8 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     if "ceiling" in figures and "error" not in figures["ceiling"]:
         f = figures["ceiling"]
-        rows.append(("Ceiling: confluent-kafka `assign()` consume", _rate(f["confluent_kafka_assign"]["median_rows_per_s"]), "", f"{f['records']:,} user events, 4 partitions"))
+        rate = _rate(f["confluent_kafka_assign"]["median_rows_per_s"])
+        rows.append(("Ceiling: confluent-kafka `assign()` consume", rate, "", f"{f['records']:,} user events, 4 partitions"))
     if "sessions" in figures and "error" not in figures["sessions"]:
         f = figures["sessions"]
         setup = f"{f['dataset']['records']:,} events, {f['dataset']['keys']:,} users"

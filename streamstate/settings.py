@@ -100,7 +100,10 @@ class Settings(BaseSettings):
     )
     state_store: Literal["rocksdb", "hdfs"] = Field("rocksdb", description="State store provider.")
     job_max_restarts: int = Field(
-        5, ge=0, description="Restarts in a row of a failed job query from its checkpoint (with backoff) before the job exits; a committed batch starts the count again."
+        5,
+        ge=0,
+        description="Restarts in a row of a failed job query from its checkpoint (with backoff) before the job exits;"
+        " a committed batch starts the count again.",
     )
     ship_code: Literal["auto", "wheel", "none"] = Field(
         "auto",

@@ -53,7 +53,7 @@ def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: flo
         [NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config) for s in missing],
         request_timeout=timeout_s,
     )
-    for name, future in futures.items():
+    for future in futures.values():
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:

@@ -108,7 +108,9 @@ class ThrottlingProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 operation = self.headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
                 if proxy._throttle(operation):
-                    error = json.dumps({"__type": "ProvisionedThroughputExceededException", "message": "Rate exceeded for shard shardId-000000000000 in stream"}).encode()
+                    error = json.dumps(
+                        {"__type": "ProvisionedThroughputExceededException", "message": "Rate exceeded for shard shardId-000000000000 in stream"}
+                    ).encode()
                     self.send_response(400)
                     self.send_header("Content-Type", "application/x-amz-json-1.1")
                     self.send_header("Content-Length", str(len(error)))

@@ -84,7 +84,9 @@ def _add_pace(parser: argparse.ArgumentParser, rate_help: str = "records per sec
 
 def _add_generation(parser: argparse.ArgumentParser, clock: str) -> None:
     parser.add_argument("--seed", type=int, help="random seed; the same seed gives the same records (default: random)")
-    parser.add_argument("--clock", choices=("simulated", "wall"), default=clock, help="event times: simulated from --start-ts, or the wall clock (default: %(default)s)")
+    parser.add_argument(
+        "--clock", choices=("simulated", "wall"), default=clock, help="event times: simulated from --start-ts, or the wall clock (default: %(default)s)"
+    )
     parser.add_argument("--start-ts", type=non_negative_int, default=DEFAULT_START_TS, help="first simulated event time, epoch ms (default: %(default)s)")
     parser.add_argument("--malformed", type=fraction, default=0.0, help="fraction of malformed records (default: %(default)s)")
 
@@ -92,7 +94,9 @@ def _add_generation(parser: argparse.ArgumentParser, clock: str) -> None:
 def _add_events(parser: argparse.ArgumentParser, defaults: dict[str, float] | None = None) -> None:
     defaults = defaults or {}
     parser.add_argument("--users", type=positive_int, default=1000, help="distinct users (default: %(default)s)")
-    parser.add_argument("--duplicates", type=fraction, default=defaults.get("duplicates", 0.0), help="fraction of re-sent earlier events (default: %(default)s)")
+    parser.add_argument(
+        "--duplicates", type=fraction, default=defaults.get("duplicates", 0.0), help="fraction of re-sent earlier events (default: %(default)s)"
+    )
     parser.add_argument("--late", type=fraction, default=defaults.get("late", 0.0), help="fraction of late events (default: %(default)s)")
     parser.add_argument("--max-lateness-ms", type=positive_int, default=120_000, help="how far behind the clock a late event may be (default: %(default)s)")
 
@@ -101,7 +105,9 @@ def _add_metrics(parser: argparse.ArgumentParser, defaults: dict[str, float] | N
     defaults = defaults or {}
     parser.add_argument("--series", type=positive_int, default=int(defaults.get("series", 50)), help="distinct series (default: %(default)s)")
     parser.add_argument("--interval-ms", type=positive_int, default=1000, help="simulated time between two points of a series (default: %(default)s)")
-    parser.add_argument("--anomaly-rate", type=fraction, default=defaults.get("anomaly_rate", 0.0), help="fraction of points that are injected anomalies (default: %(default)s)")
+    parser.add_argument(
+        "--anomaly-rate", type=fraction, default=defaults.get("anomaly_rate", 0.0), help="fraction of points that are injected anomalies (default: %(default)s)"
+    )
 
 
 def build_parser(settings: Settings) -> OneLineParser:

@@ -100,7 +100,7 @@ def _records(path: str | Path, handle: BinaryIO) -> Iterator[ProducedRecord]:
     with handle:
         number = 0
         try:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(handle, start=1):  # noqa: B007 - the except below names the line
                 if raw.strip():
                     yield record_from_json(raw.decode("utf-8"))
         except ValueError as exc:  # also JSONDecodeError, UnicodeDecodeError and base64's binascii.Error

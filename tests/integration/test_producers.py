@@ -208,7 +208,10 @@ def unknown_topic(bootstrap: str, tmp_path: Path) -> list[str]:
         (lambda b, p: ["events", "--malformed", "1.5", "--bootstrap", b], r"^error: argument --malformed: expected a fraction"),
         (lambda b, p: ["replay", str(p / "absent.jsonl"), "--bootstrap", b], r"^error: cannot read scenario file .*absent\.jsonl: No such file"),
         (lambda b, p: ["replay", str(p), "--bootstrap", b], r"^error: cannot read scenario file .*: Is a directory$"),
-        (lambda b, p: ["events", "--count", "5", "--bootstrap", f"127.0.0.1:{free_port()}"], r"^error: Kafka broker at 127\.0\.0\.1:\d+ did not answer within 5s"),
+        (
+            lambda b, p: ["events", "--count", "5", "--bootstrap", f"127.0.0.1:{free_port()}"],
+            r"^error: Kafka broker at 127\.0\.0\.1:\d+ did not answer within 5s",
+        ),
         (lambda b, p: ["frobnicate"], r"^error: unknown command 'frobnicate'"),
         (lambda b, p: ["record", str(p / "x.jsonl")], r"^error: record needs --events N and/or --metrics N$"),
         (lambda b, p: ["record", str(p / "no" / "x.jsonl"), "--events", "1"], r"^error: cannot write scenario file .*: No such file or directory$"),

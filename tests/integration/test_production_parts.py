@@ -63,7 +63,7 @@ def test_kafka_and_minio_listen_on_loopback_only(stack, production_stack):
         "kafka controller": stack.kafka.controller_port,
         "minio": production_stack.minio.port,
     }
-    for name, port in ports.items():
+    for port in ports.values():
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     external = external_address()
     if external is None:

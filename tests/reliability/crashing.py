@@ -92,11 +92,13 @@ def crash_repeatedly(
         previous_starts = _starts(stack.processes[f"{job}-job"], job) if f"{job}-job" in stack.processes else 0
         planned_crash = crash_marker is not None and not crash_marker.exists()
         proc = start(stack, job, break_checkpoint, crash_marker)
+        # The closures below read this cycle's variables (noqa: B023): _wait calls them only
+        # within the cycle, never after the loop has moved on.
 
         def crashed() -> bool:
-            return planned_crash and crash_marker.exists()
+            return planned_crash and crash_marker.exists()  # noqa: B023
 
-        _wait(lambda: _starts(proc, job) > previous_starts, proc, progress_timeout_s, "starting its query", crashed)
+        _wait(lambda: _starts(proc, job) > previous_starts, proc, progress_timeout_s, "starting its query", crashed)  # noqa: B023
         # The variant that kills itself is left to do so: a random kill could land before its
         # first alert every time on a slow machine, and the crash after a write would go untested.
         target = math.inf if planned_crash else _batches(checkpoint, "commits") + rng.choice((0, 1, 1, 2))
@@ -104,7 +106,7 @@ def crash_repeatedly(
         def progressed() -> bool:
             committed = _batches(checkpoint, "commits")
             exhausted = checkpoint.planned_records() >= input_records() and committed >= _batches(checkpoint, "offsets")
-            return committed >= target or exhausted
+            return committed >= target or exhausted  # noqa: B023
 
         _wait(progressed, proc, progress_timeout_s, "processing", crashed)
         if proc.alive():

@@ -49,7 +49,9 @@ def _heavy_metadata(bootstrap: str, topic: str, template) -> list[SourceRecord]:
     for key, value, record_headers in records:
         producer.produce(
             topic, key=key, value=value, headers=record_headers, partition=0,
-            on_delivery=lambda e, m: landed.append(SourceRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1])) if e is None else pytest.fail(str(e)),
+            on_delivery=lambda e, m: (
+                landed.append(SourceRecord(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1])) if e is None else pytest.fail(str(e))
+            ),
         )
     producer.flush(30)
     assert len(landed) == 2

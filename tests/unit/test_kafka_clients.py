@@ -117,7 +117,7 @@ def test_streamstate_config_prints_the_options_with_secrets_masked(monkeypatch):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["config"]) == 0
-    line = next(l for l in out.getvalue().splitlines() if l.startswith("STREAMSTATE_KAFKA_CLIENT_OPTIONS="))
+    line = next(printed for printed in out.getvalue().splitlines() if printed.startswith("STREAMSTATE_KAFKA_CLIENT_OPTIONS="))
     shown = json.loads(line.split("=", 1)[1])
     assert shown["sasl.username"] == "alice" and shown["security.protocol"] == "SASL_SSL"
     assert shown["sasl.password"] == kc.MASK and shown["java.sasl.jaas.config"] == kc.MASK
