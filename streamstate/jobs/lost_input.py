@@ -23,9 +23,19 @@ SOURCE_RESET_NAME = f"{SourceResetError.__module__}.{SourceResetError.__qualname
 
 
 def error_conditions(error: object) -> list[str]:
-    """The Spark error classes (conditions) along the JVM causes of a failed Spark call or query."""
+    """The Spark error classes (conditions) of a failed Spark call or query: along its JVM causes,
+    or its own when no JVM is behind it."""
     origin: Any = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
     if origin is None:
+        # No JVM behind it (a Spark Connect error, one built in Python): a PySpark exception then
+        # holds its own condition, which getCondition() returns without asking a JVM. A classic
+        # CapturedException keeps its condition only in the JVM, so without one it has none.
+        from pyspark.errors import PySparkException
+        from pyspark.errors.exceptions.captured import CapturedException
+
+        if isinstance(error, PySparkException) and not isinstance(error, CapturedException):
+            condition = error.getCondition()
+            return [condition] if condition else []
         return []
     from py4j.java_gateway import is_instance_of
     from pyspark import SparkContext

@@ -14,7 +14,7 @@ import pytest
 import streamstate
 from streamstate import errors
 from streamstate.jobs.kafka.identity import SourceResetError
-from streamstate.jobs.lost_input import is_source_reset
+from streamstate.jobs.lost_input import error_conditions, is_source_reset, raise_if_lost_input
 
 BRANCHES = (
     errors.ConfigurationError, errors.StateError, errors.JobError, errors.ApiError, errors.ProducerError,
@@ -66,3 +66,36 @@ def test_lost_input_is_recognised_by_type_and_by_the_text_that_crosses_the_jvm()
 def test_other_failures_are_not_lost_input():
     assert not is_source_reset(RuntimeError("broker unreachable"))
     assert not is_source_reset("a message that mentions SourceResetError only in passing")
+
+
+def _query_failed(condition: str) -> BaseException:
+    """A real PySpark StreamingQueryException carrying a Spark error class, as Spark Connect hands
+    it over: its condition is its own, no JVM behind it."""
+    from pyspark.errors.exceptions.base import StreamingQueryException
+
+    return StreamingQueryException(f"[{condition}] the query failed", errorClass=condition, messageParameters={})
+
+
+@pytest.mark.parametrize("condition", [
+    "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE", "KAFKA_DATA_LOSS.PARTITIONS_DELETED",
+    "KAFKA_DATA_LOSS.INITIAL_OFFSET_NOT_FOUND_FOR_PARTITIONS", "KAFKA_DATA_LOSS",
+])
+def test_lost_input_is_recognised_by_the_spark_error_class(condition):
+    error = _query_failed(condition)
+    assert error_conditions(error) == [condition]
+    assert is_source_reset(error)
+    with pytest.raises(SourceResetError, match=f"lost under the checkpoint \\({condition}\\)") as raised:
+        raise_if_lost_input(error)  # what routing does inside foreachBatch
+    assert raised.value.__cause__ is error
+
+
+@pytest.mark.parametrize("condition", ["STREAM_FAILED", "KAFKA_DATA_LOSS_LIKE", "KAFKA_START_OFFSET_DOES_NOT_MATCH_ASSIGNED"])
+def test_other_spark_error_classes_are_not_lost_input(condition):
+    error = _query_failed(condition)
+    assert not is_source_reset(error)
+    raise_if_lost_input(error)  # returns: the caller re-raises the original
+
+
+def test_a_failure_with_no_error_class_has_no_conditions():
+    assert error_conditions(RuntimeError("KAFKA_DATA_LOSS in a message is not an error class")) == []
+    assert not is_source_reset(RuntimeError("KAFKA_DATA_LOSS in a message is not an error class"))
