@@ -123,7 +123,8 @@ def list_jobs(args: argparse.Namespace, settings: Settings) -> int:
         queries = ", ".join([name, *(extra.name for extra in spec.extra_queries)])
         print(f"{name}\t{spec.description}")
         print(f"\treads {', '.join(spec.input_topics(settings))}; writes {outputs}")
-        print(f"\tqueries {queries}; metrics port {spec.port(settings)} ({spec.metrics_port}); command {spec.command}")
+        port = f"metrics port {spec.port(settings)} ({spec.metrics_port})" if spec.metrics_port else "no metrics port"
+        print(f"\tqueries {queries}; {port}; command {spec.command}")
     return 0
 
 

@@ -53,6 +53,12 @@ class ExtraQuery:
     output_mode: OutputMode = "append"
 
 
+def count_key(key: str) -> tuple[str, str | None]:
+    """A COUNT record's key as (counter name, label value or None): ``"<name>"`` or ``"<name>:<label value>"``."""
+    name, _, label = key.partition(":")
+    return name, label or None
+
+
 @dataclass(frozen=True)
 class _Metric:
     """What a job's counters and gauges share: the metric is ``streamstate_job_<name>`` with the

@@ -51,17 +51,20 @@ def error_conditions(error: object) -> list[str]:
     return conditions
 
 
+def _data_loss_conditions(error: object) -> list[str]:
+    """The error's conditions of class KAFKA_DATA_LOSS (any subclass)."""
+    return [c for c in error_conditions(error) if c.split(".")[0] == KAFKA_DATA_LOSS]
+
+
 def is_source_reset(error: object) -> bool:
     """Whether a failed query lost input under its checkpoint."""
-    if isinstance(error, SourceResetError):
-        return True
-    if any(condition.split(".")[0] == KAFKA_DATA_LOSS for condition in error_conditions(error)):
+    if isinstance(error, SourceResetError) or _data_loss_conditions(error):
         return True
     return SOURCE_RESET_NAME in str(error)
 
 
 def raise_if_lost_input(error: BaseException) -> None:
     """Raise a SourceResetError from ``error`` when Spark failed it as lost Kafka input."""
-    lost = [c for c in error_conditions(error) if c.split(".")[0] == KAFKA_DATA_LOSS]
+    lost = _data_loss_conditions(error)
     if lost:
         raise SourceResetError(f"Kafka input was lost under the checkpoint ({lost[0]})") from error

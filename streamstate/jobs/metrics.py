@@ -39,7 +39,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from streamstate.contracts import DeadLetter
 from streamstate.jobs.declaration import Counter as DeclaredCounter
 from streamstate.jobs.declaration import Gauge as DeclaredGauge
-from streamstate.jobs.declaration import JobSpec
+from streamstate.jobs.declaration import JobSpec, count_key
 from streamstate.kinds import Kind
 
 log = logging.getLogger(__name__)
@@ -280,9 +280,9 @@ class JobMetrics:
         for row in summary:
             kind, n = row["kind"], row["rows"]
             if kind == Kind.COUNT:
-                name, _, label = row["counter"].partition(":")
+                name, label = count_key(row["counter"])
                 by_label = increments.setdefault(name, {})
-                by_label[label or None] = by_label.get(label or None, 0) + (row["total"] or 0)
+                by_label[label] = by_label.get(label, 0) + (row["total"] or 0)
                 continue
             self.records_out.labels(topic=topic_of_kind[kind]).inc(n)
             if kind == Kind.DEAD_LETTER:

@@ -17,7 +17,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamstate.jobs.declaration import JobSpec
+from streamstate.jobs.declaration import JobSpec, count_key
 from streamstate.jobs.kafka import write_kafka
 from streamstate.jobs.lost_input import raise_if_lost_input
 from streamstate.kinds import Kind
@@ -106,7 +106,7 @@ def _check_declared(job: JobSpec, batch_id: int, counts: dict[str, int], summary
             f"rows of kind {sorted(unknown)} in batch {batch_id}: not among the outputs job {job.name!r} declares "
             f"{sorted(job.outputs)}"
         )
-    counters = {row["counter"].partition(":")[0] for row in summary if row["kind"] == Kind.COUNT}
+    counters = {count_key(row["counter"])[0] for row in summary if row["kind"] == Kind.COUNT}
     if counters - job.count_names:
         raise ValueError(
             f"counts of {sorted(counters - job.count_names)} in batch {batch_id}: not among the counters and gauges "

@@ -30,10 +30,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
-from streamstate.jobs.declaration import ExtraQuery, JobSpec
 from streamstate.errors import CheckpointError
-from streamstate.jobs.lost_input import is_source_reset
-from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     TopicIdentity,
@@ -42,10 +39,14 @@ from streamstate.jobs.checkpoints import (
     discard_unstarted_leftovers,
     finish_interrupted_move,
 )
+from streamstate.jobs.declaration import ExtraQuery, JobSpec
+from streamstate.jobs.kafka.timestamps import exposed_topics
+from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
 
 log = logging.getLogger("streamstate.jobs")
+
 
 def parse_args(spec: JobSpec, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     parser = argparse.ArgumentParser(
