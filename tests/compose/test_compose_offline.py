@@ -236,9 +236,10 @@ def test_dockerfile_copy_sources_exist_and_are_not_dockerignored(path):
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_dockerfile_copies_everything_pip_install_needs(path):
-    # `pip install .` fails unless the readme and every folder of the package-dir mapping are there.
+    # `pip install .` fails unless the readme and every package folder packages.find names are there.
     project = pyproject()
-    needed = {project["project"]["readme"], "pyproject.toml", *project["tool"]["setuptools"]["package-dir"].values()}
+    packages = {pattern.split(".")[0].rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    needed = {project["project"]["readme"], "pyproject.toml", *packages}
     copied = {source.rstrip("/") for source in Dockerfile.read(path).copy_sources()}
     if "." in copied:
         absent = sorted(n for n in needed if dockerignored(n) or not (REPO_ROOT / n).exists())
