@@ -64,7 +64,7 @@ class AlertClock(threading.Thread):
 def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, seed: int) -> str:
     """Run the producer CLI for ``seconds`` at ``rate`` records/s of wall-clock metric points; its summary line."""
     done = subprocess.run(
-        [sys.executable, "-m", "streamstate.producers", "metrics", "--bootstrap", settings.bootstrap_servers,
+        [sys.executable, "-m", "streamstate.producers", "metrics", "--bootstrap-servers", settings.bootstrap_servers,
          "--rate", str(rate), "--duration", str(seconds), "--clock", "wall", "--series", str(SERIES),
          "--anomaly-rate", str(ANOMALY_RATE), "--topic", topic, "--seed", str(seed), "--no-progress"],
         capture_output=True, text=True, timeout=seconds * 4 + 60,

@@ -8,17 +8,16 @@ downstream), and counts what it wrote into the job's Prometheus metrics.
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streamstate.jobs.declaration import JobSpec, count_key
-from streamstate.jobs.kafka import write_kafka
+from streamstate.jobs.declaration import JobSpec
+from streamstate.jobs.kafka.partition_writer import OutputPlan, write_partitions
 from streamstate.jobs.lost_input import raise_if_lost_input
 from streamstate.kinds import Kind
 from streamstate.settings import Settings
@@ -39,84 +38,24 @@ def batch_router(
     did not declare. ``before_batch`` runs first in every batch (the input-topic identity check):
     raising there fails the batch before anything of it is written or committed."""
     topic_of_kind = job.output_topics(settings)
-    read_kinds = {gauge.reads[0] for gauge in job.gauges if gauge.reads}
+    plan = OutputPlan(job.name, topic_of_kind, job.count_names, frozenset(gauge.reads[0] for gauge in job.gauges if gauge.reads))
 
     def route(batch: DataFrame, batch_id: int) -> None:
         if before_batch is not None:
             before_batch()
-        batch = batch.persist()
         try:
-            _route(batch, batch_id)
+            summary = write_partitions(batch, settings, plan)
         except (Py4JJavaError, CapturedException) as error:  # a Spark action of this batch failed in the JVM
             raise_if_lost_input(error)
             raise
-        finally:
-            batch.unpersist()
-
-    def _route(batch: DataFrame, batch_id: int) -> None:
-        summary = (
-            batch.groupBy(
-                "kind",
-                # Each payload field is parsed only on the kind whose metric needs it: most of a
-                # batch's rows are snapshots, which none of them concern.
-                _field_of(Kind.ALERT, "kind").alias("alert_kind"),
-                _field_of(Kind.DEAD_LETTER, "stage").alias("stage"),
-                F.when(F.col("kind") == Kind.COUNT.value, F.col("key")).alias("counter"),
-            )
-            .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(F.col("kind") == Kind.COUNT.value, F.col("payload").cast("long"))).alias("total"))
-            .collect()
-        )
-        counts: dict[str, int] = {}
-        for row in summary:
-            counts[row["kind"]] = counts.get(row["kind"], 0) + row["rows"]
-        _check_declared(job, batch_id, counts, summary)
-        topics = {kind: topic_of_kind[kind] for kind in sorted(counts) if kind != Kind.COUNT}
-        if topics:
-            # Every kind in one pass: a Spark job per kind costs ~0.3 s of task scheduling
-            # and Python worker round trips each, whatever the row count.
-            expected = sum(counts[kind] for kind in topics)
-            topic_of_row = F.create_map(*[F.lit(v) for pair in topics.items() for v in pair])[F.col("kind")]
-            rows = batch.filter(F.col("kind").isin(list(topics))).select(
-                "key", F.col("payload").alias("value"), topic_of_row.alias("topic")
-            )
-            written = write_kafka(rows, settings, topic=None)
-            if written != expected:
-                raise RuntimeError(
-                    f"batch {batch_id}: wrote {written} of {expected} records to {', '.join(sorted(set(topics.values())))}"
-                )
         if metrics is not None:
-            metrics.count_batch(summary, topic_of_kind)
-            for kind in read_kinds & set(counts):
-                metrics.read_rows(kind, _payloads(batch, kind))
+            metrics.count_batch(summary.rows, topic_of_kind)
+            for kind, payloads in summary.payloads.items():
+                metrics.read_rows(kind, payloads)
         if on_batch is not None:
-            on_batch(batch_id, counts)
+            on_batch(batch_id, summary.counts)
 
     return route
-
-
-def _field_of(kind: Kind, field: str):
-    """A field of the JSON payload on rows of ``kind``, null on the others."""
-    return F.when(F.col("kind") == kind.value, F.get_json_object("payload", f"$.{field}"))
-
-
-def _check_declared(job: JobSpec, batch_id: int, counts: dict[str, int], summary: list[Any]) -> None:
-    unknown = set(counts) - set(job.outputs) - {Kind.COUNT}
-    if unknown:
-        raise ValueError(
-            f"rows of kind {sorted(unknown)} in batch {batch_id}: not among the outputs job {job.name!r} declares "
-            f"{sorted(job.outputs)}"
-        )
-    counters = {count_key(row["counter"])[0] for row in summary if row["kind"] == Kind.COUNT}
-    if counters - job.count_names:
-        raise ValueError(
-            f"counts of {sorted(counters - job.count_names)} in batch {batch_id}: not among the counters and gauges "
-            f"job {job.name!r} declares {sorted(job.count_names)}"
-        )
-
-
-def _payloads(batch: DataFrame, kind: str) -> list[dict[str, Any]]:
-    """The decoded payloads of a batch's rows of ``kind``."""
-    return [json.loads(r["payload"]) for r in batch.filter(F.col("kind") == kind).select("payload").collect()]
 
 
 def state_rows(result, snapshot_kind: Kind) -> DataFrame:

@@ -17,32 +17,25 @@ import signal
 import sys
 from pathlib import Path
 
-from pyspark.sql import functions as F
-
 from streamstate.jobs import routing
+from streamstate.kinds import Kind
 
 MARKER = Path(os.environ["STREAMSTATE_TEST_CRASH_MARKER"])
-_write = routing.write_kafka
+_write = routing.write_partitions
 
 
-def _alerts_in(batch, settings, topic) -> int:
-    if topic is not None:
-        return batch.count() if topic == settings.topic_alerts else 0
-    return batch.filter(F.col("topic") == settings.topic_alerts).count()
-
-
-def _write_then_crash(batch, settings, topic, **options):
-    written = _write(batch, settings, topic, **options)
-    alerts = _alerts_in(batch, settings, topic) if written and not MARKER.exists() else 0
-    if alerts:
+def _write_then_crash(batch, settings, plan):
+    summary = _write(batch, settings, plan)
+    alerts = summary.counts.get(Kind.ALERT, 0)
+    if alerts and not MARKER.exists():
         MARKER.write_text(f"{alerts} alerts written, then the job was killed before committing the batch\n")
         os.killpg(os.getpgid(0), signal.SIGKILL)
-    return written
+    return summary
 
 
 def main() -> None:
     job = sys.argv.pop(1)
-    routing.write_kafka = _write_then_crash
+    routing.write_partitions = _write_then_crash
     importlib.import_module(f"streamstate.jobs.{job}_job").main()
 
 

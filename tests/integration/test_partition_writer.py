@@ -1,0 +1,90 @@
+"""The jobs' output writer (streamstate.jobs.kafka.partition_writer) on a real broker: each
+kind's rows reach their topic, in the partition Spark's own Kafka sink picks for the key, the
+summary counts what was written, and rows the job does not declare fail the batch before any
+of their Arrow batch is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamstate.jobs.kafka import write_kafka
+from streamstate.jobs.kafka.partition_writer import OutputNotDelivered, OutputPlan, write_partitions
+from streamstate.stack.launcher import free_port
+from tests.integration.kafka_testing import read_topic
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "kind string, key string, payload string"
+
+
+def plan_for(alerts: str, states: str, counters=frozenset({"closed"}), read_kinds=frozenset()) -> OutputPlan:
+    return OutputPlan("test-job", {"alert": alerts, "metric_state": states, "dead_letter": alerts}, frozenset(counters), frozenset(read_kinds))
+
+
+def test_each_kind_reaches_its_topic_and_the_summary_counts_it(spark, settings, bootstrap, new_topic):
+    alerts, states = new_topic(partitions=1), new_topic(partitions=3)
+    rows = (
+        [("alert", f"a{i}", json.dumps({"kind": "anomaly" if i % 2 else "spike", "n": i})) for i in range(7)]
+        + [("metric_state", f"series-{i}", json.dumps({"i": i})) for i in range(40)]
+        + [("metric_state", "deleted", None)]  # a tombstone
+        + [("dead_letter", "bad", json.dumps({"stage": "contract"}))]
+        + [("count", "closed:timeout", "3"), ("count", "closed:timeout", "2"), ("count", "closed:logout", "1")]
+    )
+    batch = spark.createDataFrame(rows, SCHEMA).repartition(3)
+
+    summary = write_partitions(batch, settings, plan_for(alerts, states, read_kinds={"alert"}))
+
+    on_alerts = read_topic(bootstrap, alerts, partitions=1)
+    on_states = read_topic(bootstrap, states, partitions=3)
+    assert sorted((r.key.decode(), r.value.decode()) for r in on_alerts) == sorted(
+        (k, p) for kind, k, p in rows if kind in ("alert", "dead_letter"))
+    assert sorted((r.key.decode(), r.value and r.value.decode()) for r in on_states) == sorted(
+        ((k, p) for kind, k, p in rows if kind == "metric_state"), key=repr)
+    assert summary.counts == {"alert": 7, "metric_state": 41, "dead_letter": 1, "count": 3}
+    by_alert_kind = {r["alert_kind"]: r["rows"] for r in summary.rows if r["kind"] == "alert"}
+    assert by_alert_kind == {"anomaly": 3, "spike": 4}
+    assert {r["stage"]: r["rows"] for r in summary.rows if r["kind"] == "dead_letter"} == {"contract": 1}
+    totals = {r["counter"]: r["total"] for r in summary.rows if r["kind"] == "count"}
+    assert totals == {"closed:timeout": 5, "closed:logout": 1}
+    assert sorted(p["n"] for p in summary.payloads["alert"]) == list(range(7))
+
+
+def test_a_key_lands_in_the_partition_spark_s_sink_chooses(spark, settings, bootstrap, new_topic):
+    # The snapshot topics are compacted: a key written by an older release (Spark's sink,
+    # murmur2) must keep its partition, or two versions of it would live on.
+    ours, sparks = new_topic(partitions=5), new_topic(partitions=5)
+    keys = [f"user-{i:04d}" for i in range(200)] + ["", "ünïcode-ключ", "x" * 300]
+    write_partitions(spark.createDataFrame([("metric_state", k, "v") for k in keys], SCHEMA), settings, plan_for(ours, ours))
+    write_kafka(spark.createDataFrame([(k, "v") for k in keys], "key string, value string"), settings, topic=sparks)
+
+    def partition_of(topic):
+        return {r.key.decode(): r.partition for r in read_topic(bootstrap, topic, partitions=5)}
+
+    assert partition_of(ours) == partition_of(sparks)
+    assert len(set(partition_of(ours).values())) == 5
+
+
+def test_undeclared_rows_fail_the_batch_before_their_rows_are_written(spark, settings, bootstrap, new_topic):
+    alerts, states = new_topic(partitions=1), new_topic(partitions=1)
+    plan = plan_for(alerts, states)
+    undeclared_kind = spark.createDataFrame([("alert", "a", "{}"), ("session", "s", "{}")], SCHEMA).coalesce(1)
+    with pytest.raises(Exception, match=r"rows of kind \['session'\]: not among the outputs job 'test-job' declares"):
+        write_partitions(undeclared_kind, settings, plan)
+    undeclared_counter = spark.createDataFrame([("alert", "a", "{}"), ("count", "opened:x", "1")], SCHEMA).coalesce(1)
+    with pytest.raises(Exception, match=r"counts of \['opened'\]: not among the counters"):
+        write_partitions(undeclared_counter, settings, plan)
+    assert read_topic(bootstrap, alerts, partitions=1) == []
+
+
+def test_a_batch_that_cannot_be_delivered_fails(spark, settings, monkeypatch):
+    from streamstate.jobs.kafka import partition_writer
+
+    # Short timeouts so that the failure comes in seconds, not the producer's minutes.
+    monkeypatch.setitem(partition_writer.WRITER_TUNING, "message.timeout.ms", 1500)
+    dead_broker = settings.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    batch = spark.createDataFrame([("alert", "k", "{}")], SCHEMA)
+    with pytest.raises(Exception, match=OutputNotDelivered.__name__) as raised:
+        write_partitions(batch, dead_broker, plan_for("alerts", "states"))
+    assert "0 of 1 records acknowledged, 1 refused" in str(raised.value)
