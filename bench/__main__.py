@@ -139,7 +139,7 @@ class Run:
                 "broker": broker_description(),
                 "input_partitions": 4,
                 "spark_master": settings.spark_master,
-                "shuffle_partitions": settings.shuffle_partitions,
+                "shuffle_partitions": settings.shuffle_partitions or "one per core",
                 "state_store": settings.state_store,
                 # The session's source (V1 or V2) is filled in once the SparkSession is built.
                 "kafka_connector": connector_description(),

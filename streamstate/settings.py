@@ -69,8 +69,9 @@ class Settings(BaseSettings):
         "127.0.0.1",
         description="Address the executors reach the driver at (the job container's name on a cluster).",
     )
-    shuffle_partitions: int = Field(
-        4, ge=1, description="State partitions; fixed per checkpoint once a query has run."
+    shuffle_partitions: int | None = Field(
+        None, ge=1, description="State partitions of a new checkpoint (unset: one per core Spark runs on); an existing "
+        "checkpoint keeps its own count, and a set value that differs from it stops the job at start.",
     )
     state_buckets: int = Field(
         64, ge=1, description="Buckets the jobs group their keys into (Spark's per-group cost is paid per bucket); "

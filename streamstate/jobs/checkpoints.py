@@ -5,7 +5,8 @@ Spark writes the session's ``spark.sql.shuffle.partitions`` into every batch's
 ``offsets/<batch>`` metadata and, on restart, silently uses that stored value instead of the
 configured one (state is partitioned by it; it cannot be re-partitioned in place). A user
 who changed ``STREAMSTATE_SHUFFLE_PARTITIONS`` would believe the job runs with the new count.
-:func:`check_state_partitions` makes that a clear error at start instead.
+:func:`state_partitions` makes that a clear error at start instead, and, where no count is
+set, runs a new checkpoint with one state partition per core and an existing one with its own.
 
 The input topics' ids are kept next to the checkpoint (``streamstate/topic-ids.json``), so
 that a topic recreated under the checkpoint is noticed (see
@@ -198,16 +199,22 @@ def discard_unstarted_leftovers(spark: SparkSession, checkpoint: str) -> None:
         log.warning("checkpoint %s: removed %s, left by a kill before its first batch was written", checkpoint, ", ".join(removed))
 
 
-def check_state_partitions(spark: SparkSession, checkpoint: str, wanted: int) -> None:
-    """Raise :class:`StatePartitionsChanged` unless ``checkpoint`` is new or was written with ``wanted`` partitions."""
+def state_partitions(spark: SparkSession, checkpoint: str, wanted: int | None) -> int:
+    """The state partition count a query on ``checkpoint`` runs with: the checkpoint's own for an
+    existing one, else ``wanted``, else the cores Spark runs on (``local[N]``: N), one task per core.
+
+    Raises :class:`StatePartitionsChanged` when ``wanted`` is given and differs from the checkpoint's."""
     conf = checkpointed_conf(spark, checkpoint)
     stored = (conf or {}).get(SHUFFLE_PARTITIONS)
-    if stored is not None and int(stored) != wanted:
+    if stored is None:
+        return wanted or spark.sparkContext.defaultParallelism
+    if wanted is not None and int(stored) != wanted:
         raise StatePartitionsChanged(
             f"checkpoint {checkpoint} holds state in {stored} partitions and Spark keeps that count for the "
             f"checkpoint's life, but {wanted} were asked for: set STREAMSTATE_SHUFFLE_PARTITIONS={stored} "
-            "(--shuffle-partitions) or start from a new checkpoint (state is lost; see docs/cluster.md)"
+            "(--shuffle-partitions), leave it unset, or start from a new checkpoint (state is lost; see docs/cluster.md)"
         )
+    return int(stored)
 
 
 def check_state_buckets(spark: SparkSession, checkpoint: str, wanted: int) -> None:

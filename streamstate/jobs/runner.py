@@ -35,7 +35,7 @@ from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     TopicIdentity,
     check_state_buckets,
-    check_state_partitions,
+    state_partitions,
     discard_unstarted_leftovers,
     finish_interrupted_move,
 )
@@ -98,9 +98,10 @@ def start_query(
     """Start one of ``job``'s streaming queries, its own unless ``query`` names an extra one
     (also used in-process by the tests and benchmarks).
 
-    Raises :class:`~streamstate.errors.CheckpointError` when ``checkpoint`` was written
-    with a state partition count other than ``settings.shuffle_partitions`` (Spark would silently keep
-    the old one) or another bucket count, or when the metadata kept next to it is damaged.
+    The query runs with the checkpoint's state partition count (``settings.shuffle_partitions``,
+    else one per core, for a new one). Raises :class:`~streamstate.errors.CheckpointError` when
+    ``checkpoint`` was written with a count other than a set ``settings.shuffle_partitions`` (Spark
+    would silently keep the old one) or another bucket count, or when the metadata kept next to it is damaged.
     With ``check_inputs`` (and a Kafka source), every batch first checks that the job's input
     topics are still the topics the checkpoint read (:class:`TopicIdentity`). Rows may only be
     of the kinds the job declares.
@@ -111,7 +112,8 @@ def start_query(
     query = query or job.queries[0]
     finish_interrupted_move(spark, checkpoint)
     discard_unstarted_leftovers(spark, checkpoint)
-    check_state_partitions(spark, checkpoint, settings.shuffle_partitions)
+    # Read by Spark when the query starts (and kept in its checkpoint from the first batch on).
+    spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions(spark, checkpoint, settings.shuffle_partitions)))
     check_state_buckets(spark, checkpoint, settings.state_buckets)
     identity = None
     input_topics = job.input_topics(settings) if check_inputs and settings.source == "kafka" else []

@@ -105,7 +105,6 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         # On a cluster the executors connect back to the driver: listen on every interface
         # unless the advertised host is loopback (the embedded stack and tests).
         .config("spark.driver.bindAddress", "127.0.0.1" if _is_loopback(settings.spark_driver_host) else "0.0.0.0")
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config(
             "spark.sql.streaming.stateStore.providerClass",
             ROCKSDB_PROVIDER if settings.state_store == "rocksdb" else HDFS_PROVIDER,
@@ -125,6 +124,8 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         # Workers start on this machine, from the project venv where the launcher is installed;
         # a cluster's executors may run an image without it.
         os.environ["PYSPARK_PYTHON"] = worker_python(os.environ["PYSPARK_PYTHON"])
+    if settings.shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
     for key, value in _executor_conf(settings).items():
         builder = builder.config(key, value)
     for key, value in conf.items():

@@ -56,6 +56,12 @@ def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_top
     again = start_query(spark, first, rate_job("partitions-same"), checkpoint)
     again.stop()
     assert again.exception() is None
+    # Unset, the count is the checkpoint's own, whatever the session says.
+    spark.conf.set("spark.sql.shuffle.partitions", str(first.shuffle_partitions * 3))
+    unset = start_query(spark, first.model_copy(update={"shuffle_partitions": None}), rate_job("partitions-unset"), checkpoint)
+    unset.stop()
+    assert unset.exception() is None
+    assert spark.conf.get("spark.sql.shuffle.partitions") == stored
 
     # The CLI says the same in one line and exits 2 before touching Kafka.
     cli = subprocess.run(
@@ -66,3 +72,19 @@ def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_top
     assert cli.returncode == 2, cli.stderr[-2000:]
     errors = [line for line in cli.stderr.splitlines() if " ERROR " in line and "holds state in" in line]
     assert len(errors) == 1 and f"{changed.shuffle_partitions} were asked for" in errors[0], cli.stderr[-2000:]
+
+
+def test_a_new_checkpoint_gets_one_state_partition_per_core_unless_told(spark, settings, new_topic, tmp_path):
+    unset = settings.model_copy(update={"topic_session_state": new_topic(1, "rows"), "trigger_interval": "1 second",
+                                        "shuffle_partitions": None})
+    checkpoint = str(tmp_path / "checkpoint")
+    spark.conf.set("spark.sql.shuffle.partitions", "7")  # what a session may say; the default is per core
+    query = start_query(spark, unset, rate_job("partitions-per-core"), checkpoint)
+    try:
+        wait_until(lambda: query.lastProgress is not None or query.exception(), 120, "the first batch")
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    cores = spark.sparkContext.defaultParallelism
+    assert cores != 7
+    assert checkpointed_conf(spark, checkpoint)["spark.sql.shuffle.partitions"] == str(cores)
