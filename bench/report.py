@@ -197,7 +197,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}"
         + (": other work shared the machine, so every figure is noisy." if m["load_average_at_start"][0] > m["cores"] else "."),
         f"The whole `make bench` run took {s['bench_wall_s'] / 60:.1f} min." if "bench_wall_s" in s else "",
-        f"Broker: {s['broker']}. Spark: {s['spark_master']}, {s['shuffle_partitions']} shuffle partitions, "
+        f"Broker: {s['broker']}. Spark: {s['spark_master']}, state partitions: {s['shuffle_partitions']}, "
         f"{s['state_store']} state store, {s['kafka_connector']}, checkpoints on {s['checkpoints']}; "
         f"throughput runs: {s['throughput_trigger']}. "
         f"Input topics: {s['input_partitions']} partitions. Median of {s['runs_per_figure']} runs per figure; seed {s['seed']}.",
