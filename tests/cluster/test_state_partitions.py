@@ -32,16 +32,20 @@ def rate_job(name: str) -> JobSpec:
                    outputs={"session_state": "topic_session_state"}, metrics_port="sessions_metrics_port")
 
 
-def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_topic, tmp_path):
-    checkpoint = str(tmp_path / "checkpoint")
-    first = settings.model_copy(update={"topic_session_state": new_topic(1, "rows"), "trigger_interval": "1 second"})
-    assert checkpointed_conf(spark, checkpoint) is None
-    query = start_query(spark, first, rate_job("partitions-first"), checkpoint)
+def run_one_batch(spark, settings, job, checkpoint) -> None:
+    query = start_query(spark, settings, job, checkpoint)
     try:
         wait_until(lambda: query.lastProgress is not None or query.exception(), 120, "the first batch")
     finally:
         query.stop()
     assert query.exception() is None, query.exception()
+
+
+def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_topic, tmp_path):
+    checkpoint = str(tmp_path / "checkpoint")
+    first = settings.model_copy(update={"topic_session_state": new_topic(1, "rows"), "trigger_interval": "1 second"})
+    assert checkpointed_conf(spark, checkpoint) is None
+    run_one_batch(spark, first, rate_job("partitions-first"), checkpoint)
     stored = checkpointed_conf(spark, checkpoint)["spark.sql.shuffle.partitions"]
     assert stored == str(first.shuffle_partitions)
 
@@ -79,12 +83,7 @@ def test_a_new_checkpoint_gets_one_state_partition_per_core_unless_told(spark, s
                                         "shuffle_partitions": None})
     checkpoint = str(tmp_path / "checkpoint")
     spark.conf.set("spark.sql.shuffle.partitions", "7")  # what a session may say; the default is per core
-    query = start_query(spark, unset, rate_job("partitions-per-core"), checkpoint)
-    try:
-        wait_until(lambda: query.lastProgress is not None or query.exception(), 120, "the first batch")
-    finally:
-        query.stop()
-    assert query.exception() is None, query.exception()
+    run_one_batch(spark, unset, rate_job("partitions-per-core"), checkpoint)
     cores = spark.sparkContext.defaultParallelism
     assert cores != 7
     assert checkpointed_conf(spark, checkpoint)["spark.sql.shuffle.partitions"] == str(cores)
