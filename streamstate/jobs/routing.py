@@ -1,9 +1,10 @@
 """Routing a job's micro-batch of (kind, key, payload) rows to the output topics.
 
-Each job runs ONE streaming query whose rows carry a ``kind``; ``foreachBatch`` writes
-every kind to its topic in one pass with delivery checked, so a failed write fails the batch and
-Spark re-runs it from the checkpoint (at-least-once on the wire, de-duplicated by id
-downstream), and counts what it wrote into the job's Prometheus metrics.
+Each job runs ONE streaming query whose rows carry a ``kind``; ``foreachBatch`` has the
+tasks that computed a batch's rows write every kind to its topic, delivery checked, in one
+Spark job (:mod:`streamstate.jobs.kafka.partition_writer`), so a failed write fails the batch
+and Spark re-runs it from the checkpoint (at-least-once on the wire, de-duplicated by id
+downstream), and counts what the tasks wrote into the job's Prometheus metrics.
 """
 
 from __future__ import annotations

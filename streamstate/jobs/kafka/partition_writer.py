@@ -31,16 +31,24 @@ from streamstate.jobs.declaration import count_key
 from streamstate.kafka_clients import ClientConfig, producer_config
 from streamstate.kinds import Kind
 
-SUMMARY_SCHEMA = "kind string, alert_kind string, stage string, counter string, rows long, total long, payload string"
-# A batch's records are flushed at its end, so lingering only delays the first send.
+# A task's summary: one row per (kind, alert kind, dead-letter stage, counter) with its rows and
+# counter total, and one row per payload a gauge reads (rows 0).
+_SUMMARY_ARROW = pa.schema(
+    [("kind", pa.string()), ("alert_kind", pa.string()), ("stage", pa.string()), ("counter", pa.string()),
+     ("rows", pa.int64()), ("total", pa.int64()), ("payload", pa.string())]
+)
+SUMMARY_SCHEMA = ", ".join(f"{f.name} {'long' if f.type == pa.int64() else 'string'}" for f in _SUMMARY_ARROW)
 WRITER_TUNING = {
     "enable.idempotence": True,
     "partitioner": "murmur2_random",  # the Java client's partition for a key
-    "linger.ms": 2,
+    "linger.ms": 2,  # a task flushes its records at its end: lingering would only delay the first send
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1_048_576,
+    # A record is delivered or refused within this (retries included), so a broker outage
+    # shorter than it delays the batch, and a longer one fails the task.
+    "message.timeout.ms": 120_000,
 }
-FLUSH_TIMEOUT_S = 120.0
+FLUSH_TIMEOUT_S = 150.0  # past message.timeout.ms: every record has its outcome by then
 
 # One producer per Python worker process and configuration: Spark reuses its Python workers
 # across tasks and batches, and a new producer would pay its broker connections every batch.
@@ -123,11 +131,6 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan) -> BatchS
     return summary
 
 
-SUMMARY_COLUMNS = ("kind", "alert_kind", "stage", "counter", "rows", "total", "payload")
-_SUMMARY_ARROW = pa.schema(
-    [("kind", pa.string()), ("alert_kind", pa.string()), ("stage", pa.string()), ("counter", pa.string()),
-     ("rows", pa.int64()), ("total", pa.int64()), ("payload", pa.string())]
-)
 
 Group = tuple[str, str | None, str | None, str | None]  # kind, alert kind, dead-letter stage, counter
 
@@ -146,7 +149,7 @@ def _write_task(batches: Iterator[pa.RecordBatch], config: ClientConfig, plan: O
                 counted[0] += 1
                 counted[1] += int(payload or 0)
                 continue
-            if kind in plan.read_kinds:
+            if kind in plan.read_kinds and payload is not None:
                 read.append((kind, payload))
             # Only alerts and dead letters are parsed: the metrics count them by kind and stage.
             alert_kind = json.loads(payload).get("kind") if kind == Kind.ALERT and payload else None
@@ -162,7 +165,7 @@ def _summary_batches(written: tuple[dict[Group, list[int]], list[tuple[str, str]
     groups, read = written
     rows: list[tuple[Any, ...]] = [(*group, n, total if group[0] == Kind.COUNT else None, None) for group, (n, total) in groups.items()]
     rows += [(kind, None, None, None, 0, None, payload) for kind, payload in read]
-    columns = {name: [row[i] for row in rows] for i, name in enumerate(SUMMARY_COLUMNS)}
+    columns = {name: [row[i] for row in rows] for i, name in enumerate(_SUMMARY_ARROW.names)}
     yield pa.RecordBatch.from_pydict(columns, schema=_SUMMARY_ARROW)
 
 
