@@ -70,8 +70,9 @@ class Settings(BaseSettings):
         description="Address the executors reach the driver at (the job container's name on a cluster).",
     )
     shuffle_partitions: int | None = Field(
-        None, ge=1, description="State partitions of a new checkpoint (unset: one per core Spark runs on); an existing "
-        "checkpoint keeps its own count, and a set value that differs from it stops the job at start.",
+        None, ge=1, description="State partitions of a new checkpoint (unset: spark.sql.shuffle.partitions as given at "
+        "launch, else one per core Spark runs on); an existing checkpoint keeps its own count, and a set value that "
+        "differs from it stops the job at start.",
     )
     state_buckets: int = Field(
         64, ge=1, description="Buckets the jobs group their keys into (Spark's per-group cost is paid per bucket); "

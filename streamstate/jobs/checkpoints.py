@@ -201,13 +201,15 @@ def discard_unstarted_leftovers(spark: SparkSession, checkpoint: str) -> None:
 
 def state_partitions(spark: SparkSession, checkpoint: str, wanted: int | None) -> int:
     """The state partition count a query on ``checkpoint`` runs with: the checkpoint's own for an
-    existing one, else ``wanted``, else the cores Spark runs on (``local[N]``: N), one task per core.
+    existing one, else ``wanted``, else ``spark.sql.shuffle.partitions`` where Spark was given it
+    (``spark-submit --conf``, spark-defaults.conf), else the cores Spark runs on (``local[N]``: N).
 
     Raises :class:`StatePartitionsChanged` when ``wanted`` is given and differs from the checkpoint's."""
     conf = checkpointed_conf(spark, checkpoint)
     stored = (conf or {}).get(SHUFFLE_PARTITIONS)
     if stored is None:
-        return wanted or spark.sparkContext.defaultParallelism
+        given = spark.sparkContext.getConf().get(SHUFFLE_PARTITIONS)  # None unless set at launch: Spark's 200 is not counted
+        return wanted or (int(given) if given else spark.sparkContext.defaultParallelism)
     if wanted is not None and int(stored) != wanted:
         raise StatePartitionsChanged(
             f"checkpoint {checkpoint} holds state in {stored} partitions and Spark keeps that count for the "

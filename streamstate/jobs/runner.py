@@ -35,9 +35,9 @@ from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     TopicIdentity,
     check_state_buckets,
-    state_partitions,
     discard_unstarted_leftovers,
     finish_interrupted_move,
+    state_partitions,
 )
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
 from streamstate.jobs.kafka.timestamps import exposed_topics

@@ -78,12 +78,13 @@ def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_top
     assert len(errors) == 1 and f"{changed.shuffle_partitions} were asked for" in errors[0], cli.stderr[-2000:]
 
 
-def test_a_new_checkpoint_gets_one_state_partition_per_core_unless_told(spark, settings, new_topic, tmp_path):
+def test_a_new_checkpoint_gets_the_launch_count_or_one_state_partition_per_core(spark, settings, new_topic, tmp_path):
     unset = settings.model_copy(update={"topic_session_state": new_topic(1, "rows"), "trigger_interval": "1 second",
                                         "shuffle_partitions": None})
     checkpoint = str(tmp_path / "checkpoint")
-    spark.conf.set("spark.sql.shuffle.partitions", "7")  # what a session may say; the default is per core
+    spark.conf.set("spark.sql.shuffle.partitions", "7")  # a session's runtime value is not what the job was launched with
     run_one_batch(spark, unset, rate_job("partitions-per-core"), checkpoint)
-    cores = spark.sparkContext.defaultParallelism
-    assert cores != 7
-    assert checkpointed_conf(spark, checkpoint)["spark.sql.shuffle.partitions"] == str(cores)
+    launched = spark.sparkContext.getConf().get("spark.sql.shuffle.partitions")
+    expected = int(launched) if launched else spark.sparkContext.defaultParallelism
+    assert expected != 7
+    assert checkpointed_conf(spark, checkpoint)["spark.sql.shuffle.partitions"] == str(expected)
