@@ -39,7 +39,8 @@ class AlertClock(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str, partitions: int):
         super().__init__(daemon=True)
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency", "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency", "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 10, "isolation.level": "read_committed"})
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.arrivals: list[tuple[int, int]] = []
         self.stopping = threading.Event()

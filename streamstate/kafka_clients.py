@@ -161,7 +161,11 @@ def reader_config(target: Any, purpose: str = "reader", **tuning: Any) -> Client
     """A consumer that only ``assign()``s and seeks: offsets are the caller's, never a group's.
 
     librdkafka requires a group id; a random one per client joins nothing and commits nothing.
-    End-of-partition events are on (the end probe and catching up rely on them)."""
+    End-of-partition events are on (the end probe and catching up rely on them). It reads
+    ``read_committed`` unless tuned otherwise: the jobs write their outputs in transactions, and
+    records of an aborted one (a batch cut short by a crash, written again by its replay) are
+    never seen; a partition then ends at its last stable offset."""
+    defaults = {"isolation.level": "read_committed"}
     managed = {
         "group.id": f"streamstate-{purpose}-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
@@ -169,7 +173,7 @@ def reader_config(target: Any, purpose: str = "reader", **tuning: Any) -> Client
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
     }
-    return {**_dotted(tuning), **connection(target), **managed}
+    return {**defaults, **_dotted(tuning), **connection(target), **managed}
 
 
 def admin_config(target: Any, **tuning: Any) -> ClientConfig:

@@ -39,6 +39,13 @@ class Settings(BaseSettings):
         "when shown. See README, Kafka client settings.",
         json_schema_extra={"secret_values": True},
     )
+    output_transactions: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Exactly-once output: the jobs write each micro-batch in Kafka transactions, and a batch replayed "
+        "after a crash writes nothing it had committed, so a consumer reading with isolation.level=read_committed sees "
+        "each record once. auto: on where the broker runs transactions, else at least once with a warning; on: a "
+        "broker without them stops the job; off: at least once. See README, Delivery guarantees.",
+    )
     topic_user_events: str = "user-events"
     topic_metrics: str = "metrics"
     topic_alerts: str = "alerts"

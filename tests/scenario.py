@@ -157,12 +157,23 @@ class Outputs:
     session_state: dict[str, SessionSnapshot]
     metric_state: dict[str, MetricSnapshot]
     api_alert_ids: list[str] | None = None
+    copies: dict[str, int] = field(default_factory=dict)  # records read per id'd output, duplicates included
+
+    def records(self) -> int:
+        return sum(self.copies.values())
+
+    def duplicates(self) -> dict[str, str]:
+        """Each id'd output read more often than it has distinct records: ``copies of distinct``."""
+        distinct = {"alerts": len(self.alerts), "sessions": len(self.sessions), "dead_letters": len(self.dead_letters)}
+        return {name: f"{n} copies of {distinct[name]}" for name, n in self.copies.items() if n != distinct[name]}
 
 
-def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5) -> list:
-    """Every record of ``topic`` from the beginning, reading until nothing new arrives for idle_s."""
+def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5, isolation: str = "read_committed") -> list:
+    """Every record of ``topic`` from the beginning, reading until nothing new arrives for idle_s;
+    ``read_committed`` (as the API reads): none of an aborted or still open transaction."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "scenario-reader", "enable.auto.commit": False, "fetch.wait.max.ms": 100}
+        {"bootstrap.servers": bootstrap, "group.id": "scenario-reader", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+         "isolation.level": isolation}
     )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -191,19 +202,23 @@ def _compacted(messages, model):
     return latest
 
 
-def read_outputs(bootstrap: str, settings: Settings, api_url: str | None = None, api_token: str | None = None) -> Outputs:
-    alerts = read_topic(bootstrap, settings.topic_alerts)
-    dead = [DeadLetter.model_validate_json(m.value()) for m in read_topic(bootstrap, settings.topic_dead_letters)]
+def read_outputs(
+    bootstrap: str, settings: Settings, api_url: str | None = None, api_token: str | None = None, isolation: str = "read_committed"
+) -> Outputs:
+    def read(topic: str) -> list:
+        return read_topic(bootstrap, topic, isolation=isolation)
+
+    alerts = read(settings.topic_alerts)
+    sessions = [ClosedSession.model_validate_json(m.value()) for m in read(settings.topic_sessions)]
+    dead = [DeadLetter.model_validate_json(m.value()) for m in read(settings.topic_dead_letters)]
     outputs = Outputs(
         alerts={a.alert_id: a for a in (Alert.model_validate_json(m.value()) for m in alerts)},
         alert_copies=len(alerts),
-        sessions={
-            s.session_id: s
-            for s in (ClosedSession.model_validate_json(m.value()) for m in read_topic(bootstrap, settings.topic_sessions))
-        },
+        sessions={s.session_id: s for s in sessions},
         dead_letters={(d.source_topic, d.source_partition, d.source_offset): d for d in dead},
-        session_state=_compacted(read_topic(bootstrap, settings.topic_session_state), SessionSnapshot),
-        metric_state=_compacted(read_topic(bootstrap, settings.topic_metric_state), MetricSnapshot),
+        session_state=_compacted(read(settings.topic_session_state), SessionSnapshot),
+        metric_state=_compacted(read(settings.topic_metric_state), MetricSnapshot),
+        copies={"alerts": len(alerts), "sessions": len(sessions), "dead_letters": len(dead)},
     )
     if api_url is not None:
         headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}

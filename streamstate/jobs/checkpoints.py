@@ -185,6 +185,15 @@ def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | 
     return json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else None
 
 
+def query_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id Spark gave the query of ``checkpoint`` when it first started it (its ``metadata``
+    file): the same for every run on the checkpoint, new when a checkpoint starts over."""
+    text = CheckpointFiles(spark, checkpoint).read("metadata")
+    if not text:
+        raise CheckpointError(f"checkpoint {checkpoint} has no metadata file: the query has not started on it")
+    return str(json.loads(text.splitlines()[0])["id"])
+
+
 def finish_interrupted_move(spark: SparkSession, checkpoint: str) -> None:
     """Complete a start-over's move of ``checkpoint`` that a kill interrupted (see :meth:`CheckpointFiles.move_aside`)."""
     moved = CheckpointFiles(spark, checkpoint).finish_interrupted_move()

@@ -3,8 +3,11 @@
 Each job runs ONE streaming query whose rows carry a ``kind``; ``foreachBatch`` has the
 tasks that computed a batch's rows write every kind to its topic, delivery checked, in one
 Spark job (:mod:`streamstate.jobs.kafka.partition_writer`), so a failed write fails the batch
-and Spark re-runs it from the checkpoint (at-least-once on the wire, de-duplicated by id
-downstream), and counts what the tasks wrote into the job's Prometheus metrics.
+and Spark re-runs it from the checkpoint, and counts what the tasks wrote into the job's
+Prometheus metrics. With output transactions (the default where the broker has them) a
+re-run writes nothing its first run had committed: a ``read_committed`` consumer sees each
+record once. Without, the re-run writes its records again (at least once; alerts keep their
+ids, and the API shows each once).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streamstate.jobs.declaration import JobSpec
-from streamstate.jobs.kafka.partition_writer import OutputPlan, write_partitions
+from streamstate.jobs.kafka.partition_writer import BatchTransactions, OutputPlan, write_partitions
 from streamstate.jobs.lost_input import raise_if_lost_input
 from streamstate.kinds import Kind
 from streamstate.settings import Settings
@@ -32,20 +35,31 @@ def batch_router(
     metrics=None,
     on_batch: Callable[[int, dict[str, int]], None] | None = None,
     before_batch: Callable[[], None] | None = None,
+    transactional_query: Callable[[], str] | None = None,
 ):
     """A ``foreachBatch`` function writing each kind of row to the topic ``job`` declares for it.
 
     A row of a kind the job did not declare fails the batch, and so does a count of a counter it
     did not declare. ``before_batch`` runs first in every batch (the input-topic identity check):
-    raising there fails the batch before anything of it is written or committed."""
+    raising there fails the batch before anything of it is written or committed. With
+    ``transactional_query`` (the name of the query's transactional ids, read once its
+    checkpoint exists) every batch is written exactly once."""
     topic_of_kind = job.output_topics(settings)
     plan = OutputPlan(job.name, topic_of_kind, job.count_names, frozenset(gauge.reads[0] for gauge in job.gauges if gauge.reads))
+    prefix: list[str] = []  # read at the first batch: the checkpoint's query id exists from then on
+
+    def transactions(batch_id: int) -> BatchTransactions | None:
+        if transactional_query is None:
+            return None
+        if not prefix:
+            prefix.append(transactional_query())
+        return BatchTransactions(prefix[0], batch_id, marker=min(topic_of_kind.values()))
 
     def route(batch: DataFrame, batch_id: int) -> None:
         if before_batch is not None:
             before_batch()
         try:
-            summary = write_partitions(batch, settings, plan)
+            summary = write_partitions(batch, settings, plan, transactions(batch_id))
         except (Py4JJavaError, CapturedException) as error:  # a Spark action of this batch failed in the JVM
             raise_if_lost_input(error)
             raise

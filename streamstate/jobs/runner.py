@@ -37,9 +37,11 @@ from streamstate.jobs.checkpoints import (
     check_state_buckets,
     discard_unstarted_leftovers,
     finish_interrupted_move,
+    query_id,
     state_partitions,
 )
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
+from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, transactions_problem
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
@@ -121,15 +123,43 @@ def start_query(
         identity = TopicIdentity(spark, checkpoint, settings, input_topics).check
         for topic, reason in exposed_topics(settings, input_topics, int(time.time() * 1000)).items():
             log.warning("input topic %s: %s", topic, reason)
+    transactional_query = None
+    if exactly_once(settings):
+        def transactional_query() -> str:
+            return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
     writer = (
         query.build(JobContext(spark, settings, job))
         .writeStream.queryName(query.name)
         .outputMode(query.output_mode)
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings, job, metrics, before_batch=identity))
+        .foreachBatch(batch_router(settings, job, metrics, before_batch=identity, transactional_query=transactional_query))
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     return writer.start()
+
+
+def exactly_once(settings: Settings) -> bool:
+    """Whether the jobs write their outputs in Kafka transactions (``output_transactions``:
+    auto is on where the broker runs them, and says so once when it cannot)."""
+    if settings.output_transactions == "off":
+        return False
+    problem = transactions_problem(settings)
+    if problem is None:
+        return True
+    if settings.output_transactions == "on":
+        raise TransactionsUnavailable(
+            f"output_transactions=on, but the broker at {settings.bootstrap_servers} cannot start a transaction: {problem}. "
+            "Kafka needs as many brokers as transaction.state.log.replication.factor (3 unless set); or set "
+            "STREAMSTATE_OUTPUT_TRANSACTIONS=auto (or off) to write at least once"
+        )
+    if not _warned_at_least_once:
+        _warned_at_least_once.append(problem)
+        log.warning("the broker at %s cannot start a Kafka transaction (%s): outputs are written at least once, and a "
+                    "replayed batch writes its records again", settings.bootstrap_servers, problem)
+    return False
+
+
+_warned_at_least_once: list[str] = []
 
 
 def _checkpoints(spec: JobSpec, job_checkpoint: str) -> list[str]:
@@ -266,7 +296,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 return 1
             if stop_requested.wait(delay):
                 break
-    except CheckpointError as exc:  # wrong partitions or buckets, damaged metadata: the message says what to do
+    except (CheckpointError, TransactionsUnavailable) as exc:  # the message says what to do
         log.error("%s", exc)
         return 2
     finally:

@@ -42,10 +42,11 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
     return delivered
 
 
-def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> list[Delivered]:
+def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0, isolation: str = "read_committed") -> list[Delivered]:
     """Every record of ``topic``: plain assign() from offset 0 until each partition's end-of-partition event."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "kafka-tests-readback", "enable.partition.eof": True, "enable.auto.commit": False}
+        {"bootstrap.servers": bootstrap, "group.id": "kafka-tests-readback", "enable.partition.eof": True, "enable.auto.commit": False,
+         "isolation.level": isolation}
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     records: list[Delivered] = []

@@ -1,16 +1,21 @@
 """The jobs' output writer (streamstate.jobs.kafka.partition_writer) on a real broker: each
 kind's rows reach their topic, in the partition Spark's own Kafka sink picks for the key, the
 summary counts what was written, and rows the job does not declare fail the batch before any
-of their Arrow batch is written."""
+of their Arrow batch is written. In transactions: a replayed batch writes nothing again, a task
+that fails mid-transaction leaves nothing a read_committed consumer sees, and a stale producer
+of the same transactional id cannot commit."""
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
+from confluent_kafka import KafkaException, Producer
 
 from streamstate.jobs.kafka import write_kafka
-from streamstate.jobs.kafka.partition_writer import OutputNotDelivered, OutputPlan, write_partitions
+from streamstate.jobs.kafka.partition_writer import BatchTransactions, OutputNotDelivered, OutputPlan, write_partitions
+from streamstate.kafka_clients import producer_config
 from streamstate.stack.launcher import free_port
 from tests.integration.kafka_testing import read_topic
 
@@ -88,3 +93,70 @@ def test_a_batch_that_cannot_be_delivered_fails(spark, settings, monkeypatch):
     with pytest.raises(Exception, match=OutputNotDelivered.__name__) as raised:
         write_partitions(batch, dead_broker, plan_for("alerts", "states"))
     assert "0 of 1 records acknowledged, 1 refused" in str(raised.value)
+
+
+# --------------------------------------------------------------------------- exactly once
+def _transactions(batch_id: int, marker: str, prefix: str | None = None) -> BatchTransactions:
+    return BatchTransactions(prefix or f"test.{uuid.uuid4().hex}", batch_id, marker)
+
+
+def _values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[str]:
+    return sorted(r.value.decode() for r in read_topic(bootstrap, topic, partitions=1, isolation=isolation))
+
+
+def test_a_replayed_batch_writes_nothing_it_had_committed(spark, settings, bootstrap, new_topic):
+    alerts, states = new_topic(partitions=1), new_topic(partitions=2)
+    plan = plan_for(alerts, states)
+    first = _transactions(5, marker=alerts)
+    batch = spark.createDataFrame([("alert", f"a{i}", json.dumps({"n": i})) for i in range(30)], SCHEMA).repartition(3)
+
+    written = write_partitions(batch, settings, plan, first)
+    replayed = write_partitions(batch, settings, plan, first)  # Spark re-runs batch 5 after a crash
+
+    assert written.counts == replayed.counts == {"alert": 30}, "a replay still counts the batch's rows"
+    assert _values(bootstrap, alerts) == sorted(json.dumps({"n": i}) for i in range(30))
+    nxt = spark.createDataFrame([("alert", "b", json.dumps({"n": "next"}))], SCHEMA)
+    write_partitions(nxt, settings, plan, BatchTransactions(first.prefix, 6, alerts))
+    older = spark.createDataFrame([("alert", "c", json.dumps({"n": "older"}))], SCHEMA)
+    write_partitions(older, settings, plan, BatchTransactions(first.prefix, 4, alerts))  # a batch before the last commit
+    assert _values(bootstrap, alerts).count(json.dumps({"n": "next"})) == 1
+    assert json.dumps({"n": "older"}) not in _values(bootstrap, alerts)
+
+
+def test_a_task_that_fails_mid_transaction_leaves_nothing_a_read_committed_consumer_sees(spark, settings, bootstrap, new_topic):
+    alerts, states = new_topic(partitions=1), new_topic(partitions=1)
+    plan = plan_for(alerts, states)
+    good = [("alert", f"a{i}", json.dumps({"n": i})) for i in range(5)]
+    failing = spark.createDataFrame([*good, ("session", "s", "{}")], SCHEMA).coalesce(1)
+    transactions = _transactions(0, marker=alerts)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "5")  # the good rows go out before the bad batch is seen
+    try:
+        with pytest.raises(Exception, match="rows of kind"):
+            write_partitions(failing, settings, plan, transactions)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert _values(bootstrap, alerts) == []
+    # The retry of the batch (the bad row fixed upstream) commits its rows, once.
+    write_partitions(spark.createDataFrame(good, SCHEMA).coalesce(1), settings, plan, transactions)
+    assert _values(bootstrap, alerts) == sorted(p for _, _, p in good)
+    uncommitted = _values(bootstrap, alerts, isolation="read_uncommitted")
+    assert len(uncommitted) >= len(good), "read_uncommitted sees the committed rows, and what the broker had of the aborted ones"
+
+
+def test_a_stale_producer_with_the_same_transactional_id_is_fenced(spark, settings, bootstrap, new_topic):
+    # A stuck old driver of the same query: it started a transaction before the new run began.
+    alerts, states = new_topic(partitions=1), new_topic(partitions=1)
+    transactions = _transactions(3, marker=alerts)
+    zombie = Producer({**producer_config(settings), "transactional.id": transactions.transactional_id(0)})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(alerts, key="z", value=json.dumps({"n": "zombie"}))
+    assert zombie.flush(30) == 0
+
+    batch = spark.createDataFrame([("alert", "a", json.dumps({"n": "new run"}))], SCHEMA).coalesce(1)
+    write_partitions(batch, settings, plan_for(alerts, states), transactions)
+
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(30)
+    assert fenced.value.args[0].fatal() or "fenced" in str(fenced.value).lower()
+    assert _values(bootstrap, alerts) == [json.dumps({"n": "new run"})]

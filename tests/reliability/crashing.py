@@ -48,21 +48,28 @@ def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str, crashed=
         time.sleep(0.1)
 
 
-def start(stack: EmbeddedStack, job: str, break_checkpoint: bool = False, crash_marker: Path | None = None) -> ManagedProcess:
+def next_crash(crash_markers: dict[str, Path] | None) -> tuple[str, Path] | None:
+    """The first crash point (of :mod:`tests.reliability.crash_at`) whose marker is not written yet."""
+    return next(((point, marker) for point, marker in (crash_markers or {}).items() if not marker.exists()), None)
+
+
+def start(stack: EmbeddedStack, job: str, break_checkpoint: bool = False, crash_markers: dict[str, Path] | None = None) -> ManagedProcess:
     """Start ``job`` on its checkpoint; ``break_checkpoint`` first deletes the checkpointed state.
 
-    With ``crash_marker`` (a path not yet written) the job is the variant that crashes right
-    after its first write to the alerts topic (:mod:`tests.reliability.crash_after_write`)."""
+    With ``crash_markers`` (crash point: a path not yet written) the job is the variant that
+    kills itself at the first point not yet reached (:mod:`tests.reliability.crash_at`)."""
     if break_checkpoint:
         location = stack.settings.checkpoint(job)
         if location.startswith("s3a://"):
             raise NotImplementedError("RELIABILITY_BREAK_CHECKPOINT deletes local checkpoints only: run it on the embedded profile")
         shutil.rmtree(Path(location) / "state", ignore_errors=True)
-    if crash_marker is not None and not crash_marker.exists():
+    crash = next_crash(crash_markers)
+    if crash is not None:
+        point, marker = crash
         return stack.spawn(
             f"{job}-job",
-            [sys.executable, "-m", "tests.reliability.crash_after_write", job],
-            extra_env={"STREAMSTATE_TEST_CRASH_MARKER": str(crash_marker)},
+            [sys.executable, "-m", "tests.reliability.crash_at", point, job],
+            extra_env={"STREAMSTATE_TEST_CRASH_MARKER": str(marker)},
         )
     return stack.start_job(job)
 
@@ -76,27 +83,28 @@ def crash_repeatedly(
     input_records: Callable[[], int],
     break_checkpoint: bool = False,
     progress_timeout_s: float = 300,
-    crash_marker: Path | None = None,
+    crash_markers: dict[str, Path] | None = None,
 ) -> list[Kill]:
     """``cycles`` times: ``feed(cycle)`` more input, start the job, let it commit a random
     number (0-2) of micro-batches (fewer once all ``input_records()`` are planned), wait a
-    random moment, SIGKILL it. Until ``crash_marker`` is written, the job started is the
-    variant that also kills itself right after its first write to the alerts topic, and the
-    cycles go on (at most ``cycles`` more) until it has."""
+    random moment, SIGKILL it. Until every one of ``crash_markers`` is written, the job started
+    is the variant that also kills itself at the next crash point, and the cycles go on (at
+    most ``cycles`` more, and two per point) until it has."""
     checkpoint = CheckpointFiles.of(stack, stack.settings.checkpoint(job))
     kills = []
-    for cycle in range(2 * cycles):
-        if cycle >= cycles and (crash_marker is None or crash_marker.exists()):
+    for cycle in range(2 * cycles + 2 * len(crash_markers or {})):
+        if cycle >= cycles and next_crash(crash_markers) is None:
             break
         feed(cycle)
         previous_starts = _starts(stack.processes[f"{job}-job"], job) if f"{job}-job" in stack.processes else 0
-        planned_crash = crash_marker is not None and not crash_marker.exists()
-        proc = start(stack, job, break_checkpoint, crash_marker)
+        planned = next_crash(crash_markers)
+        proc = start(stack, job, break_checkpoint, crash_markers)
         # The closures below read this cycle's variables (noqa: B023): _wait calls them only
         # within the cycle, never after the loop has moved on.
+        planned_crash = planned is not None
 
         def crashed() -> bool:
-            return planned_crash and crash_marker.exists()  # noqa: B023
+            return planned is not None and planned[1].exists()  # noqa: B023
 
         _wait(lambda: _starts(proc, job) > previous_starts, proc, progress_timeout_s, "starting its query", crashed)  # noqa: B023
         # The variant that kills itself is left to do so: a random kill could land before its

@@ -9,7 +9,13 @@ The input arrives in chunks while the jobs are being killed (one more chunk at e
 cycle), as a live stream does, so kills land between and inside batches of new data. Besides
 the random kills, each job kills itself once right after a batch's alerts were written and
 before the batch commits: that batch is replayed, its alerts reach the topic twice, and the
-outputs (and the API, which shows each alert once) still equal the reference."""
+outputs (and the API, which shows each alert once) still equal the reference.
+
+Each job also kills itself once at each dangerous point of its exactly-once output
+(:mod:`tests.reliability.crash_at`): after its transactions committed and before Spark's commit
+log; inside a task's open transaction; and between two tasks' transactions of one batch. A
+``read_committed`` consumer must then see every alert, session and dead letter exactly once; a
+``read_uncommitted`` one sees the aborted records too, and the test says how many."""
 
 from __future__ import annotations
 
@@ -21,8 +27,9 @@ import pytest
 
 from tests.integration.api_harness import wait_until
 from tests.reliability.conftest import BREAK_CHECKPOINT, LARGE
+from tests.reliability.crash_at import POINTS
 from tests.reliability.crashing import crash_repeatedly, start
-from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs
+from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -38,12 +45,13 @@ JOBS = ("sessions", "anomalies")
 
 def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stack, tmp_path):
     stack = profile_pipeline_stack
-    markers = {job: tmp_path / f"{job}-crashed-after-write" for job in JOBS}
+    markers = {job: {point: tmp_path / f"{job}-crashed-{point}" for point in POINTS} for job in JOBS}
     settings = stack.settings
     bootstrap = settings.bootstrap_servers
     cycles = CYCLES_PRODUCTION if stack.profile.s3_checkpoints else CYCLES
     scenario = build_scenario(SEED, events=EVENTS, metrics=METRICS)
-    feeder = Feeder(bootstrap, settings, scenario, cycles + 1)
+    chunks = cycles + len(POINTS) + 1  # a crash point is reached on new input: one chunk per cycle
+    feeder = Feeder(bootstrap, settings, scenario, chunks)
     topic_of = {"sessions": settings.topic_user_events, "anomalies": settings.topic_metrics}
 
     with ThreadPoolExecutor(len(JOBS)) as pool:
@@ -57,15 +65,16 @@ def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stac
                 feeder.feed,
                 lambda topic=topic_of[job]: feeder.produced_on(topic),
                 BREAK_CHECKPOINT,
-                crash_marker=markers[job],
+                crash_markers=markers[job],
             )
             for job in JOBS
         }
         kills = {job: run.result() for job, run in runs.items()}
 
-    feeder.feed(cycles)
+    feeder.feed(chunks - 1)
     final = {job: start(stack, job, BREAK_CHECKPOINT) for job in JOBS}
     outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=300)
+    uncommitted = read_outputs(bootstrap, settings, isolation="read_uncommitted")
     for job, proc in final.items():
         assert proc.alive(), f"{job} job exited after its restarts:\n{proc.tail(40)}"
         proc.stop()
@@ -83,12 +92,14 @@ def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stac
         f"\ncrash recovery: {sum(map(len, kills.values()))} kills "
         f"({', '.join(f'{job}: {len(k)}, {sum(x.in_flight for x in k)} mid-batch' for job, k in kills.items())}); "
         f"{len(scenario.produced)} input records; {len(outputs.alerts)} alerts in {outputs.alert_copies} copies; "
-        f"{len(outputs.dead_letters)} dead letters; API alert ids {len(outputs.api_alert_ids)}"
+        f"{len(outputs.dead_letters)} dead letters; API alert ids {len(outputs.api_alert_ids)}; "
+        f"read_uncommitted also sees {uncommitted.records() - outputs.records()} aborted records"
     )
     assert all(len(k) >= cycles for k in kills.values()), kills
-    assert all(marker.exists() for marker in markers.values()), "a job never crashed after writing alerts"
-    assert outputs.alert_copies > len(outputs.alerts), "the batch crashed after its alert write was not replayed"
+    missed = [marker.name for points in markers.values() for marker in points.values() if not marker.exists()]
+    assert not missed, f"never reached: {missed}"
     assert_outputs_match(scenario, outputs, settings)
+    assert outputs.duplicates() == {}, f"a read_committed consumer sees records more than once: {outputs.duplicates()}"
 
 
 def _ready(client: httpx.Client) -> bool:

@@ -12,23 +12,35 @@ so a retry inside the producer neither duplicates nor reorders a key's records);
 error fails the task, so Spark retries it and, failing that, the batch. Records go to the
 partition Kafka's Java clients choose for their key (murmur2), as Spark's sink put them, so a
 key of a compacted topic stays in the partition where its earlier records are.
+
+Exactly once (:class:`BatchTransactions`): each task writes its rows of a batch in ONE Kafka
+transaction, under a transactional id of its own (the query's id and the task's partition, the
+same in every run of the query, since a replayed batch is planned from the same offsets and
+state partitions), and commits in that same transaction the batch id as the offset of a
+consumer group named after the transactional id (as Kafka Streams commits its input offsets).
+A replayed batch's task reads that offset first: when its batch is already committed, it
+writes nothing again. ``init_transactions`` when a task's producer starts fences any older
+producer with the id (a crashed run's, a stuck old driver's), aborting its open transaction,
+so a ``read_committed`` consumer sees each record once, whatever was killed when.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
 from streamstate.errors import JobError
 from streamstate.jobs.declaration import count_key
-from streamstate.kafka_clients import ClientConfig, producer_config
+from streamstate.kafka_clients import ClientConfig, connection, producer_config
 from streamstate.kinds import Kind
 
 # A task's summary: one row per (kind, alert kind, dead-letter stage, counter) with its rows and
@@ -49,6 +61,13 @@ WRITER_TUNING = {
     "message.timeout.ms": 120_000,
 }
 FLUSH_TIMEOUT_S = 150.0  # past message.timeout.ms: every record has its outcome by then
+# A transaction left open by a killed task blocks read_committed consumers of its partitions
+# until its id is used again (the job's restart) or the broker aborts it after this; it must
+# cover message.timeout.ms (librdkafka refuses less) and stay under the broker's
+# transaction.max.timeout.ms (15 minutes by default).
+TRANSACTION_TIMEOUT_MS = 180_000
+TRANSACTION_CALL_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 20.0
 
 # One producer per Python worker process and configuration: Spark reuses its Python workers
 # across tasks and batches, and a new producer would pay its broker connections every batch.
@@ -61,6 +80,30 @@ class OutputNotDeclared(JobError, ValueError):
 
 class OutputNotDelivered(JobError, RuntimeError):
     """Kafka refused or lost records of a batch: the task fails and Spark retries it."""
+
+
+class TransactionsUnavailable(JobError):
+    """The broker cannot run the transactions that output_transactions=on asks for."""
+
+
+class OutputFenced(OutputNotDelivered):
+    """Another producer took this task's transactional id (a newer run of the query on the same
+    checkpoint, or a retry of the task): this one's transaction is aborted, nothing of it is seen."""
+
+
+@dataclass(frozen=True)
+class BatchTransactions:
+    """Write a batch exactly once: ``prefix`` names the query (job, query and its checkpoint's
+    query id), each task appends its partition to make its transactional id; the committed
+    batch id is kept as the offset of that id's consumer group on ``marker`` (partition 0 of an
+    output topic: an offset commit needs an existing topic, and nothing reads these groups)."""
+
+    prefix: str
+    batch_id: int
+    marker: str
+
+    def transactional_id(self, partition: int) -> str:
+        return f"{self.prefix}.{partition}"
 
 
 @dataclass(frozen=True)
@@ -104,14 +147,19 @@ class BatchSummary:
         return dict(totals)
 
 
-def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan) -> BatchSummary:
+def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transactions: BatchTransactions | None = None) -> BatchSummary:
     """Write ``rows`` (kind, key, payload) to the topic of each row's kind, from their own
-    tasks, and return the batch's summary. Rows of kind ``count`` are counted, not written."""
+    tasks, and return the batch's summary. Rows of kind ``count`` are counted, not written.
+
+    With ``transactions`` each task writes its rows in one Kafka transaction and a task of a
+    batch that had committed writes nothing again (its rows are still counted in the summary)."""
     config = producer_config(settings, **{key.replace(".", "__"): value for key, value in WRITER_TUNING.items()})
+    group_config = connection(settings)
     plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds)  # a plain dict pickles
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _summary_batches(_write_task(batches, config, plan))
+        output = _Output(config) if transactions is None else _TransactionalOutput(config, group_config, transactions)
+        yield from _summary_batches(_write_task(batches, plan, output))
 
     collected = rows.select("kind", "key", "payload").mapInArrow(write, SUMMARY_SCHEMA).collect()
     summary = BatchSummary()
@@ -135,29 +183,31 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan) -> BatchS
 Group = tuple[str, str | None, str | None, str | None]  # kind, alert kind, dead-letter stage, counter
 
 
-def _write_task(batches: Iterator[pa.RecordBatch], config: ClientConfig, plan: OutputPlan) -> tuple[dict[Group, list[int]], list[tuple[str, str]]]:
+def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Output) -> tuple[dict[Group, list[int]], list[tuple[str, str]]]:
     """Produce a task's rows; return its (rows, total) per group and the payloads the plan's gauges read."""
-    producer = _producer(config)
     groups: dict[Group, list[int]] = {}
     read: list[tuple[str, str]] = []
-    delivery = _Delivery()
-    for batch in batches:
-        plan.check(batch)
-        for kind, key, payload in zip(*(batch.column(name).to_pylist() for name in ("kind", "key", "payload")), strict=True):
-            if kind == Kind.COUNT:
-                counted = groups.setdefault((kind, None, None, key), [0, 0])
-                counted[0] += 1
-                counted[1] += int(payload or 0)
-                continue
-            if kind in plan.read_kinds and payload is not None:
-                read.append((kind, payload))
-            # Only alerts and dead letters are parsed: the metrics count them by kind and stage.
-            alert_kind = json.loads(payload).get("kind") if kind == Kind.ALERT and payload else None
-            stage = json.loads(payload).get("stage") if kind == Kind.DEAD_LETTER and payload else None
-            groups.setdefault((kind, alert_kind, stage, None), [0, 0])[0] += 1
-            _produce(producer, plan.topics[kind], key, payload, delivery)
-        producer.poll(0)  # serve delivery reports as they come, not all at the end
-    delivery.check(producer.flush(FLUSH_TIMEOUT_S))
+    try:
+        for batch in batches:
+            plan.check(batch)
+            for kind, key, payload in zip(*(batch.column(name).to_pylist() for name in ("kind", "key", "payload")), strict=True):
+                if kind == Kind.COUNT:
+                    counted = groups.setdefault((kind, None, None, key), [0, 0])
+                    counted[0] += 1
+                    counted[1] += int(payload or 0)
+                    continue
+                if kind in plan.read_kinds and payload is not None:
+                    read.append((kind, payload))
+                # Only alerts and dead letters are parsed: the metrics count them by kind and stage.
+                alert_kind = json.loads(payload).get("kind") if kind == Kind.ALERT and payload else None
+                stage = json.loads(payload).get("stage") if kind == Kind.DEAD_LETTER and payload else None
+                groups.setdefault((kind, alert_kind, stage, None), [0, 0])[0] += 1
+                output.produce(plan.topics[kind], key, payload)
+            output.poll()
+        output.finish()
+    except BaseException:
+        output.abandon()
+        raise
     return groups, read
 
 
@@ -192,16 +242,143 @@ class _Delivery:
             )
 
 
-def _produce(producer: Producer, topic: str, key: str | None, payload: str | None, delivery: _Delivery) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=payload, key=key, on_delivery=delivery)
-            delivery.sent += 1
+class _Output:
+    """A task's records, at least once: produced with the worker's shared producer, the task
+    done when every one is acknowledged."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.delivery = _Delivery()
+        self._producer: Producer | None = None
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = _producer(self.config)
+        return self._producer
+
+    def produce(self, topic: str, key: str | None, payload: str | None) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=payload, key=key, on_delivery=self.delivery)
+                self.delivery.sent += 1
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.05)
+            except KafkaException as error:
+                raise OutputNotDelivered(f"producing to {topic}: {error}") from error
+
+    def poll(self) -> None:
+        if self._producer is not None:
+            self._producer.poll(0)  # serve delivery reports as they come, not all at the end
+
+    def finish(self) -> None:
+        if self._producer is not None:
+            self.delivery.check(self._producer.flush(FLUSH_TIMEOUT_S))
+
+    def abandon(self) -> None:
+        """The task failed: records already sent are out (at least once), nothing to undo."""
+
+
+class _TransactionalOutput(_Output):
+    """A task's records in one transaction, begun at its first record (a task without rows
+    costs nothing) and committed with the batch id; none when the batch was committed before."""
+
+    def __init__(self, config: ClientConfig, group_config: ClientConfig, transactions: BatchTransactions) -> None:
+        super().__init__(config)
+        self.transactions = transactions
+        context = TaskContext.get()
+        self.partition = context.partitionId() if context is not None else 0
+        self.transactional_id = transactions.transactional_id(self.partition)
+        self.group_config = group_config
+        self.client: _TransactionalClient | None = None
+        self.skipping = False
+
+    @property
+    def producer(self) -> Producer:
+        return self._begin().producer
+
+    def _begin(self) -> _TransactionalClient:
+        if self.client is None:
+            client = _transactional_client(self.transactional_id, self.transactions.marker, self.config, self.group_config)
+            self.skipping = client.committed_batch() >= self.transactions.batch_id
+            if not self.skipping:
+                _call(client, "begin_transaction", client.producer.begin_transaction)
+                client.open = True
+            self.client = client
+        return self.client
+
+    def produce(self, topic: str, key: str | None, payload: str | None) -> None:
+        self._begin()
+        if not self.skipping:
+            super().produce(topic, key, payload)
+
+    def finish(self) -> None:
+        if self.client is None or self.skipping:
             return
-        except BufferError:  # the local queue is full: let deliveries drain it
-            producer.poll(0.05)
-        except KafkaException as error:
-            raise OutputNotDelivered(f"producing to {topic}: {error}") from error
+        super().finish()  # every record acknowledged (written, not yet visible), or the task fails
+        self.commit()
+
+    def commit(self) -> None:
+        client = self._begin()
+        done = TopicPartition(self.transactions.marker, 0, self.transactions.batch_id + 1)
+        _call(client, "send_offsets_to_transaction", lambda: client.producer.send_offsets_to_transaction(
+            [done], client.group.consumer_group_metadata(), TRANSACTION_CALL_TIMEOUT_S))
+        _call(client, "commit_transaction", lambda: client.producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S))
+        client.open = False
+        client.committed = self.transactions.batch_id
+
+    def abandon(self) -> None:
+        """The task failed: its open transaction is aborted, so nothing of it is ever seen."""
+        if self.client is not None and self.client.open:
+            self.client.abort()
+
+
+@dataclass
+class _TransactionalClient:
+    """A transactional id's producer and the consumer group that keeps its committed batch."""
+
+    transactional_id: str
+    producer: Producer
+    group: Consumer
+    marker: str
+    committed: int | None = None  # the last batch this id committed, once read
+    open: bool = False
+
+    def committed_batch(self) -> int:
+        if self.committed is None:
+            # read_committed makes the fetch wait out an offset commit still in a transaction
+            offset = self.group.committed([TopicPartition(self.marker, 0)], timeout=TRANSACTION_CALL_TIMEOUT_S)[0].offset
+            self.committed = offset - 1 if offset >= 0 else -1
+        return self.committed
+
+    def abort(self) -> None:
+        self.open = False
+        try:
+            self.producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
+        except KafkaException:  # a fenced or broken producer: the broker aborts its transaction
+            _forget(self.transactional_id)
+
+
+def _call(client: _TransactionalClient, what: str, action) -> None:
+    """One transactional call, retried while Kafka says a retry may succeed."""
+    for attempt in range(5):
+        try:
+            action()
+            return
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.retriable() and attempt < 4:
+                continue
+            if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+                _forget(client.transactional_id)
+                raise OutputFenced(
+                    f"{what} of transactional id {client.transactional_id}: {error.str()}; another producer took the id (a newer "
+                    "run of this query on the same checkpoint, or a retry of the task), so this transaction is aborted"
+                ) from exc
+            if client.open:
+                client.abort()
+            raise OutputNotDelivered(f"{what} of transactional id {client.transactional_id}: {error.str()}") from exc
 
 
 def _producer(config: ClientConfig) -> Producer:
@@ -210,3 +387,46 @@ def _producer(config: ClientConfig) -> Producer:
     if producer is None:
         producer = _producers[identity] = Producer(config)
     return producer
+
+
+# One per transactional id in this worker: init_transactions (a round trip to the coordinator,
+# fencing older producers) once, the committed batch read once and then kept.
+_transactional: dict[str, _TransactionalClient] = {}
+
+
+def _transactional_client(transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
+    client = _transactional.get(transactional_id)
+    if client is not None:
+        if client.open:  # a task that died without abandon() (interrupted): start clean
+            client.abort()
+        if transactional_id in _transactional:
+            return client
+    producer = Producer({**config, "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+    group = Consumer({**group_config, "group.id": transactional_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
+    client = _TransactionalClient(transactional_id, producer, group, marker)
+    _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
+    _transactional[transactional_id] = client
+    return client
+
+
+_probed: dict[str, str | None] = {}
+
+
+def transactions_problem(settings: Any) -> str | None:
+    """Why the broker cannot run output transactions (None: it can), asked once per process by
+    starting a transactional producer: brokers before 0.11 lack them, and a cluster with fewer
+    brokers than its transaction log's replication factor (3 unless set) cannot start one."""
+    config = producer_config(settings)
+    identity = json.dumps(config, sort_keys=True, default=str)
+    if identity not in _probed:
+        probe = Producer({**config, "transactional.id": f"streamstate.probe.{uuid.uuid4().hex}"})
+        try:
+            probe.init_transactions(PROBE_TIMEOUT_S)
+            _probed[identity] = None
+        except KafkaException as exc:
+            _probed[identity] = exc.args[0].str()
+    return _probed[identity]
+
+
+def _forget(transactional_id: str) -> None:
+    _transactional.pop(transactional_id, None)

@@ -1,0 +1,70 @@
+"""A job process that kills itself once at one dangerous point of writing a batch (test support).
+
+    python -m tests.reliability.crash_at after-commit|in-transaction|between-transactions sessions|anomalies
+
+Runs the job's usual command line with one change. When the job reaches the point for the
+first time, it writes ``STREAMSTATE_TEST_CRASH_MARKER`` and SIGKILLs its whole process group:
+
+- ``after-commit``: a batch's write that included alerts returned, every task's transaction
+  committed, and Spark has not written the batch's commit log. The restarted job replays the
+  batch: with output transactions it must write nothing again.
+- ``in-transaction``: a task's records were all acknowledged by the broker inside its open
+  transaction (a ``read_uncommitted`` consumer can see them), before it committed.
+- ``between-transactions``: one task of a batch committed its transaction while another task
+  of the same batch holds its own open, acknowledged and uncommitted.
+
+The two last points are inside Spark's Python workers: the job runs them with
+:mod:`tests.reliability.crash_daemon` as its worker daemon, which arms them before it forks a
+worker. Random SIGKILLs rarely land exactly at any of these points.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from streamstate.jobs import routing
+from streamstate.kinds import Kind
+
+AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS = "after-commit", "in-transaction", "between-transactions"
+POINTS = (AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS)
+MARKER_ENV, POINT_ENV, JOB_GROUP_ENV = "STREAMSTATE_TEST_CRASH_MARKER", "STREAMSTATE_TEST_CRASH_POINT", "STREAMSTATE_TEST_JOB_GROUP"
+
+
+def crash(what: str) -> None:
+    """Mark the crash once, then SIGKILL the job's process group (the driver and its JVM)."""
+    marker = Path(os.environ[MARKER_ENV])
+    marker.write_text(f"{what}; then the job was killed\n")
+    os.killpg(int(os.environ[JOB_GROUP_ENV]), signal.SIGKILL)
+
+
+def _write_then_crash(write, batch, settings, plan, transactions=None):
+    summary = write(batch, settings, plan, transactions)
+    alerts = summary.counts.get(Kind.ALERT, 0)
+    if alerts and not Path(os.environ[MARKER_ENV]).exists():
+        crash(f"{alerts} alerts written (batch {transactions.batch_id if transactions else '?'} committed to Kafka) before "
+              "Spark committed the batch")
+    return summary
+
+
+def main() -> None:
+    point, job = sys.argv.pop(1), sys.argv.pop(1)
+    if point not in POINTS:
+        sys.exit(f"crash point {point!r}: one of {', '.join(POINTS)}")
+    os.environ[POINT_ENV] = point
+    os.environ[JOB_GROUP_ENV] = str(os.getpgid(0))
+    if point == AFTER_COMMIT:
+        routing.write_partitions = functools.partial(_write_then_crash, routing.write_partitions)
+    else:
+        from streamstate.jobs import spark
+
+        spark.build_spark = functools.partial(spark.build_spark, spark__python__daemon__module="tests.reliability.crash_daemon")
+    importlib.import_module(f"streamstate.jobs.{job}_job").main()
+
+
+if __name__ == "__main__":
+    main()
