@@ -17,7 +17,9 @@ topics per run. Figures:
 7. production: figures 2-4's jobs under the production profile, next to the embedded rows:
    the same Apache Kafka and connector, with s3a:// checkpoints in MinIO instead of the
    local disk (``bench.production``);
-8. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
+8. transactions: the sessions job's throughput and the latency with exactly-once output on and
+   off, side by side (``bench.transactions_cost``);
+9. cluster (only with ``--only cluster``): the sessions job on local[2] vs a 2-worker
    standalone cluster (``bench.cluster_throughput``).
 
 Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 events over
@@ -50,7 +52,7 @@ from typing import Any, Callable
 from bench.report import write_results
 
 HERE = Path(__file__).resolve().parent
-FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "production", "api", "cluster")
+FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "production", "transactions", "api", "cluster")
 DEFAULT_FIGURES = FIGURES[:-1]  # the cluster figure starts a second Spark: only when asked for
 SIZES = {  # name -> (default: the issue's, --quick)
     "events": (1_000_000, 100_000),
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_started = time.perf_counter()
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from bench import anomalies_throughput, latency, production, sessions_throughput
+    from bench import anomalies_throughput, latency, production, sessions_throughput, transactions_cost
     from bench.dataset import produce_metrics, produce_user_events
     from bench.measure import connector_description
     from streamstate.jobs.spark import build_spark
@@ -280,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)
-    needs_spark = {"sessions", "anomalies", "latency", "state", "production"} & set(args.only)
+    needs_spark = {"sessions", "anomalies", "latency", "state", "production", "transactions"} & set(args.only)
     with EmbeddedStack(settings=settings, workdir=workdir, quiet=True) as stack:
         # Apache Kafka (KRaft); the settings get Spark's connector and S3A jars, so the one
         # SparkSession serves every figure, the production one's s3a:// checkpoints included.
@@ -305,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             run.figure("latency", lambda: latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds))
             run.figure("state", lambda: state_scale(spark, workdir, args.state_small, args.state_large, args.runs))
             run.figure("production", lambda: production.measure(spark, settings, workdir, args, SEED, WARM_UP_EVENTS))
+            run.figure("transactions", lambda: transactions_cost.measure(
+                spark, settings, events, workdir, args.runs, args.latency_rate, args.latency_seconds))
         finally:
             if spark is not None:
                 spark.stop()

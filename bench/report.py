@@ -107,6 +107,8 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(("Event-to-alert latency p50", f"{f['median_p50_ms']:,.0f} ms", "", setup))
         rows.append(("Event-to-alert latency p99", f"{f['median_p99_ms']:,.0f} ms", _goal(f["median_p99_ms"] < 2000, "< 2 s"), ""))
     rows += _production_rows(figures, "latency")
+    if "transactions" in figures and "error" not in figures["transactions"]:
+        rows += _transaction_rows(figures["transactions"])
     if "state" in figures and "error" not in figures["state"]:
         f = figures["state"]
         rows.append((
@@ -143,6 +145,20 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         elif "skipped" in f:
             rows.append((f"{name}: skipped", f["skipped"], "", ""))
     return rows
+
+
+def _transaction_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Exactly-once output's cost: throughput and latency with transactions on and off (issue 31)."""
+    on, off = f["sessions_job"]["on"], f["sessions_job"]["off"]
+    lat_on, lat_off = f["latency"]["on"], f["latency"]["off"]
+    return [
+        ("Sessions job, exactly-once output (transactions on) / at least once (off)",
+         f"{on['median_rows_per_s']:,.0f}/s / {off['median_rows_per_s']:,.0f}/s = {f['ratio_throughput_on_vs_off']:.2f}x", "",
+         "same dataset, runs alternating between the modes"),
+        ("Event-to-alert p50 / p99, transactions on vs off",
+         f"{lat_on['median_p50_ms']:,.0f} / {lat_on['median_p99_ms']:,.0f} ms vs {lat_off['median_p50_ms']:,.0f} / "
+         f"{lat_off['median_p99_ms']:,.0f} ms", "", "a read_committed consumer times the alerts in both"),
+    ]
 
 
 def _api_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:

@@ -36,10 +36,13 @@ MARKER_ENV, POINT_ENV, JOB_GROUP_ENV = "STREAMSTATE_TEST_CRASH_MARKER", "STREAMS
 
 
 def crash(what: str) -> None:
-    """Mark the crash once, then SIGKILL the job's process group (the driver and its JVM)."""
+    """Mark the crash once, then SIGKILL the job's process group (the driver and its JVM) and,
+    from a Python worker, the worker daemon's own group (Spark's daemon makes one), so no
+    worker goes on to commit after the crash."""
     marker = Path(os.environ[MARKER_ENV])
     marker.write_text(f"{what}; then the job was killed\n")
     os.killpg(int(os.environ[JOB_GROUP_ENV]), signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def _write_then_crash(write, batch, settings, plan, transactions=None):
