@@ -7,7 +7,9 @@ metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets an
 are committed together) and exits non-zero with the error when the query fails.
 
 A failed query is restarted from its checkpoint with backoff (a budget of restarts in a row:
-a batch committed since the last restart renews it), except when its input lost
+a batch committed since the last restart renews it), except when another copy of the job on
+the same checkpoint fenced its output transactions (it stops, exit 2: the newer copy goes on),
+or when its input lost
 records under the checkpoint (a topic recreated, emptied or truncated): restarting then
 would read on from offsets that no longer mean anything, and by the time of the restart a
 recreated topic may have grown past them, skipping its first records silently. The job
@@ -41,7 +43,7 @@ from streamstate.jobs.checkpoints import (
     state_partitions,
 )
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
-from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, transactions_problem
+from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, is_fenced, transactions_problem
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
@@ -270,6 +272,14 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             committed, before = _last_commits(spark, spec, checkpoint), committed
             if committed != before:
                 budget.renew()
+            if any(is_fenced(error) for _, error in failures):
+                # Restarting would fence the newer run in turn, and the two would take turns.
+                log.error(
+                    "another run of this job took over its output transactions: a second copy of the job runs on the "
+                    "checkpoint %s. This copy stops without committing anything more; stop the other one to run this one",
+                    checkpoint,
+                )
+                return 2
             if any(is_source_reset(error) for _, error in failures):
                 if not _source_reset(spark, settings, failures, _checkpoints(spec, checkpoint)):
                     return 2

@@ -13,6 +13,10 @@ first time, it writes ``STREAMSTATE_TEST_CRASH_MARKER`` and SIGKILLs its whole p
 - ``between-transactions``: one task of a batch committed its transaction while another task
   of the same batch holds its own open, acknowledged and uncommitted.
 
+One more point does not kill: ``stall-before-commit`` stops the first task with records, its
+records acknowledged in its open transaction, until the file ``<marker>.release`` appears
+(a stuck old driver, for the zombie-fencing test); then it tries to commit.
+
 The two last points are inside Spark's Python workers: the job runs them with
 :mod:`tests.reliability.crash_daemon` as its worker daemon, which arms them before it forks a
 worker. Random SIGKILLs rarely land exactly at any of these points.
@@ -32,6 +36,7 @@ from streamstate.kinds import Kind
 
 AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS = "after-commit", "in-transaction", "between-transactions"
 POINTS = (AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS)
+STALL = "stall-before-commit"
 MARKER_ENV, POINT_ENV, JOB_GROUP_ENV = "STREAMSTATE_TEST_CRASH_MARKER", "STREAMSTATE_TEST_CRASH_POINT", "STREAMSTATE_TEST_JOB_GROUP"
 
 
@@ -56,8 +61,8 @@ def _write_then_crash(write, batch, settings, plan, transactions=None):
 
 def main() -> None:
     point, job = sys.argv.pop(1), sys.argv.pop(1)
-    if point not in POINTS:
-        sys.exit(f"crash point {point!r}: one of {', '.join(POINTS)}")
+    if point not in (*POINTS, STALL):
+        sys.exit(f"crash point {point!r}: one of {', '.join((*POINTS, STALL))}")
     os.environ[POINT_ENV] = point
     os.environ[JOB_GROUP_ENV] = str(os.getpgid(0))
     if point == AFTER_COMMIT:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.daemon import manager
 
 from streamstate.jobs.kafka import partition_writer
-from tests.reliability.crash_at import BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, crash
+from tests.reliability.crash_at import BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, crash
 
 POINT = os.environ[POINT_ENV]
 MARKER = Path(os.environ[MARKER_ENV])
@@ -40,6 +40,12 @@ def commit(self) -> None:
         return _commit(self)
     if POINT == IN_TRANSACTION:
         crash(f"task {partition} of batch {batch_id}: {self.delivery.sent} records acknowledged in its open transaction")
+    if POINT == STALL:
+        MARKER.write_text(f"task {partition} of batch {batch_id} stalled with {self.delivery.sent} records in its open transaction\n")
+        release = MARKER.with_name(MARKER.name + ".release")
+        while not release.exists():
+            time.sleep(0.1)
+        return _commit(self)
     MEETING.mkdir(exist_ok=True)
     (MEETING / f"{batch_id}.{partition}.open").touch()
     other = _open_elsewhere(batch_id, partition, wait_s=3.0)
@@ -54,7 +60,7 @@ def commit(self) -> None:
     return None
 
 
-assert POINT == BETWEEN_TRANSACTIONS or POINT == IN_TRANSACTION, POINT
+assert POINT in (BETWEEN_TRANSACTIONS, IN_TRANSACTION, STALL), POINT
 partition_writer._TransactionalOutput.commit = commit  # type: ignore[method-assign]  # noqa: SLF001
 
 if __name__ == "__main__":

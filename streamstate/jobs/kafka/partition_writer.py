@@ -91,6 +91,11 @@ class OutputFenced(OutputNotDelivered):
     checkpoint, or a retry of the task): this one's transaction is aborted, nothing of it is seen."""
 
 
+def is_fenced(error: object) -> bool:
+    """Whether a failed query's output was fenced: the task's error crossed the JVM as text."""
+    return isinstance(error, OutputFenced) or OutputFenced.__name__ in str(error)
+
+
 @dataclass(frozen=True)
 class BatchTransactions:
     """Write a batch exactly once: ``prefix`` names the query (job, query and its checkpoint's

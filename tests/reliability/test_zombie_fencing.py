@@ -1,0 +1,53 @@
+"""A stuck old driver cannot commit output once a second copy of the job runs on its checkpoint.
+
+The anomalies job stalls inside a task, its records acknowledged in an open transaction and
+not committed (:mod:`tests.reliability.crash_at`, ``stall-before-commit``): a driver stuck in
+a long GC pause or on a frozen host. A second copy starts on the same checkpoint, replays the
+stalled batch and goes on with the rest of the input. Then the old one wakes up and tries to
+commit: its producer was fenced, its transaction aborted, and it stops (exit 2) instead of
+restarting and fencing the new copy in turn. A read_committed consumer sees every output once
+and the outputs equal the reference.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from tests.integration.api_harness import wait_until
+from tests.reliability.crash_at import STALL
+from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_stuck_old_driver_cannot_commit_after_a_new_copy_started(pipeline_stack, tmp_path):
+    stack, settings = pipeline_stack, pipeline_stack.settings
+    feeder = Feeder(settings.bootstrap_servers, settings, build_scenario(11, events=800, metrics=500), 2)
+    marker = tmp_path / "anomalies-stalled"
+    feeder.feed(0)
+    sessions = stack.start_job("sessions")
+    old = stack.spawn("anomalies-job-old", [sys.executable, "-m", "tests.reliability.crash_at", STALL, "anomalies"],
+                      extra_env={"STREAMSTATE_TEST_CRASH_MARKER": str(marker)})
+    wait_until(marker.exists, 240, f"the old anomalies job to stall in a transaction:\n{old.tail(30)}")
+
+    new = stack.start_job("anomalies")
+    feeder.feed(1)
+    outputs = collect_outputs(settings.bootstrap_servers, settings, scenario=feeder.scenario, timeout_s=300)
+    assert_outputs_match(feeder.scenario, outputs, settings)
+
+    marker.with_name(marker.name + ".release").touch()  # the old driver wakes up and tries to commit
+    wait_until(lambda: not old.alive(), 120, f"the fenced old job to stop:\n{old.tail(30)}")
+    assert old.popen.returncode == 2, old.tail(30)
+    assert "another run of this job took over its output transactions" in old.log_path.read_text(errors="replace")
+    time.sleep(2)
+    assert new.alive() and sessions.alive(), new.tail(30)
+
+    outputs = read_outputs(settings.bootstrap_servers, settings)
+    assert_outputs_match(feeder.scenario, outputs, settings)
+    assert outputs.duplicates() == {}, outputs.duplicates()
+    uncommitted = read_outputs(settings.bootstrap_servers, settings, isolation="read_uncommitted")
+    print(f"\nzombie fencing: {marker.read_text().strip()}; read_uncommitted also sees {uncommitted.records() - outputs.records()} "
+          "aborted records")
