@@ -7,9 +7,9 @@ metrics, stops cleanly on SIGTERM/Ctrl-C (the current batch finishes, offsets an
 are committed together) and exits non-zero with the error when the query fails.
 
 A failed query is restarted from its checkpoint with backoff (a budget of restarts in a row:
-a batch committed since the last restart renews it), except when another copy of the job on
-the same checkpoint fenced its output transactions (it stops, exit 2: the newer copy goes on),
-or when its input lost
+a batch committed since the last restart renews it), except when another copy of the job
+runs on the same checkpoint (Spark finds the other's batch in the checkpoint, or the output
+transactions stay fenced: this copy stops, exit 2, and the other goes on), or when its input lost
 records under the checkpoint (a topic recreated, emptied or truncated): restarting then
 would read on from offsets that no longer mean anything, and by the time of the restart a
 recreated topic may have grown past them, skipping its first records silently. The job
@@ -164,6 +164,12 @@ def exactly_once(settings: Settings) -> bool:
 _warned_at_least_once: list[str] = []
 
 
+def _another_copy(error: object) -> bool:
+    """Whether Spark failed the query because another query wrote its checkpoint's logs."""
+    text = str(error)
+    return "Multiple streaming jobs detected" in text or "are concurrently using" in text
+
+
 def _checkpoints(spec: JobSpec, job_checkpoint: str) -> list[str]:
     """The checkpoints of the job's queries: its own, then one per extra query."""
     return [job_checkpoint, *(f"{job_checkpoint}-{extra.name}" for extra in spec.extra_queries)]
@@ -272,11 +278,11 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             committed, before = _last_commits(spark, spec, checkpoint), committed
             if committed != before:
                 budget.renew()
-            if any(is_fenced(error) for _, error in failures):
-                # Restarting would fence the newer run in turn, and the two would take turns.
+            if any(is_fenced(error) or _another_copy(error) for _, error in failures):
+                # Restarting would make the two copies take turns failing each other's batches.
                 log.error(
-                    "another run of this job took over its output transactions: a second copy of the job runs on the "
-                    "checkpoint %s. This copy stops without committing anything more; stop the other one to run this one",
+                    "another copy of this job runs on the checkpoint %s (it wrote the batch this one was writing, or took "
+                    "over its output transactions). This copy stops; stop the other one to run this one",
                     checkpoint,
                 )
                 return 2

@@ -27,6 +27,7 @@ so a ``read_committed`` consumer sees each record once, whatever was killed when
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,6 +69,13 @@ FLUSH_TIMEOUT_S = 150.0  # past message.timeout.ms: every record has its outcome
 TRANSACTION_TIMEOUT_MS = 180_000
 TRANSACTION_CALL_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 20.0
+CALL_RETRIES = 10
+FENCED_RETRIES = 3
+FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+)
 
 # One producer per Python worker process and configuration: Spark reuses its Python workers
 # across tasks and batches, and a new producer would pay its broker connections every batch.
@@ -229,6 +237,7 @@ class _Delivery:
 
     def __init__(self) -> None:
         self.sent = self.acknowledged = self.failed = 0
+        self.fenced = False  # a record refused because another producer took the transactional id
         self.first_errors: list[str] = []
 
     def __call__(self, error, message) -> None:
@@ -236,6 +245,7 @@ class _Delivery:
             self.acknowledged += 1
             return
         self.failed += 1
+        self.fenced = self.fenced or error.code() in FENCED_CODES
         if len(self.first_errors) < 3:
             self.first_errors.append(f"{message.topic()}: {error}")
 
@@ -287,7 +297,14 @@ class _Output:
 
 class _TransactionalOutput(_Output):
     """A task's records in one transaction, begun at its first record (a task without rows
-    costs nothing) and committed with the batch id; none when the batch was committed before."""
+    costs nothing) and committed with the batch id; none when the batch was committed before.
+
+    Spark runs a partition's task in whichever Python worker is free, so another worker of the
+    same job may have started a producer for this transactional id since this worker's last
+    batch, fencing this worker's. The task keeps its rows, so a fenced transaction is begun
+    again on a new producer (which fences the other in turn), the committed batch read again
+    (a newer run may have committed it meanwhile: then nothing is written) and the rows
+    produced again."""
 
     def __init__(self, config: ClientConfig, group_config: ClientConfig, transactions: BatchTransactions) -> None:
         super().__init__(config)
@@ -298,6 +315,7 @@ class _TransactionalOutput(_Output):
         self.group_config = group_config
         self.client: _TransactionalClient | None = None
         self.skipping = False
+        self.rows: list[tuple[str, str | None, str | None]] = []
 
     @property
     def producer(self) -> Producer:
@@ -305,24 +323,47 @@ class _TransactionalOutput(_Output):
 
     def _begin(self) -> _TransactionalClient:
         if self.client is None:
-            client = _transactional_client(self.transactional_id, self.transactions.marker, self.config, self.group_config)
-            self.skipping = client.committed_batch() >= self.transactions.batch_id
-            if not self.skipping:
-                _call(client, "begin_transaction", client.producer.begin_transaction)
-                client.open = True
+            for attempt in range(FENCED_RETRIES):
+                client = _transactional_client(self.transactional_id, self.transactions.marker, self.config, self.group_config)
+                self.skipping = client.committed_batch() >= self.transactions.batch_id
+                if self.skipping:
+                    break
+                try:
+                    _call(client, "begin_transaction", client.producer.begin_transaction)
+                    break
+                except OutputFenced:  # a producer kept from an earlier batch, fenced since: start a new one
+                    if attempt == FENCED_RETRIES - 1:
+                        raise
+            client.open = not self.skipping
             self.client = client
         return self.client
 
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         self._begin()
         if not self.skipping:
+            self.rows.append((topic, key, payload))
             super().produce(topic, key, payload)
 
     def finish(self) -> None:
-        if self.client is None or self.skipping:
-            return
-        super().finish()  # every record acknowledged (written, not yet visible), or the task fails
-        self.commit()
+        for attempt in range(FENCED_RETRIES):
+            if self.client is None or self.skipping:
+                return
+            try:
+                super().finish()  # every record acknowledged (written, not yet visible), or the task fails
+                self.commit()
+                return
+            except OutputNotDelivered as failure:
+                if not (isinstance(failure, OutputFenced) or self.delivery.fenced) or attempt == FENCED_RETRIES - 1:
+                    raise
+            self._begin_again()
+
+    def _begin_again(self) -> None:
+        _forget(self.transactional_id)
+        self.client, self.delivery = None, _Delivery()
+        self._begin()
+        if not self.skipping:
+            for row in self.rows:
+                super().produce(*row)
 
     def commit(self) -> None:
         client = self._begin()
@@ -353,7 +394,10 @@ class _TransactionalClient:
     def committed_batch(self) -> int:
         if self.committed is None:
             # read_committed makes the fetch wait out an offset commit still in a transaction
-            offset = self.group.committed([TopicPartition(self.marker, 0)], timeout=TRANSACTION_CALL_TIMEOUT_S)[0].offset
+            offsets: list[TopicPartition] = []
+            _call(self, "reading the committed batch", lambda: offsets.extend(
+                self.group.committed([TopicPartition(self.marker, 0)], timeout=TRANSACTION_CALL_TIMEOUT_S)))
+            offset = offsets[0].offset
             self.committed = offset - 1 if offset >= 0 else -1
         return self.committed
 
@@ -366,16 +410,18 @@ class _TransactionalClient:
 
 
 def _call(client: _TransactionalClient, what: str, action) -> None:
-    """One transactional call, retried while Kafka says a retry may succeed."""
-    for attempt in range(5):
+    """One transactional call, retried while Kafka says a retry may succeed (a new group's
+    coordinator, still loading or moved, answers so too)."""
+    for attempt in range(CALL_RETRIES):
         try:
             action()
             return
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.retriable() and attempt < 4:
+            if (error.retriable() or error.code() in COORDINATOR_MOVING) and attempt < CALL_RETRIES - 1:
+                time.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
-            if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+            if error.fatal() or error.code() in FENCED_CODES:
                 _forget(client.transactional_id)
                 raise OutputFenced(
                     f"{what} of transactional id {client.transactional_id}: {error.str()}; another producer took the id (a newer "
