@@ -95,8 +95,9 @@ class TransactionsUnavailable(JobError):
 
 
 class OutputFenced(OutputNotDelivered):
-    """Another producer took this task's transactional id (a newer run of the query on the same
-    checkpoint, or a retry of the task): this one's transaction is aborted, nothing of it is seen."""
+    """Another producer kept taking this task's transactional id through the task's attempts to
+    begin again (another copy of the job on the same checkpoint): its transaction is aborted,
+    nothing of it is seen."""
 
 
 def is_fenced(error: object) -> bool:
