@@ -71,7 +71,7 @@ TRANSACTION_CALL_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 20.0
 CALL_RETRIES = 10
 FENCED_RETRIES = 3
-FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FATAL)
 COORDINATOR_MOVING = (
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
@@ -341,9 +341,15 @@ class _TransactionalOutput(_Output):
 
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         self._begin()
-        if not self.skipping:
-            self.rows.append((topic, key, payload))
+        if self.skipping:
+            return
+        self.rows.append((topic, key, payload))
+        try:
             super().produce(topic, key, payload)
+        except OutputNotDelivered as failure:
+            if not self._was_fenced(failure):
+                raise
+            self._begin_again()
 
     def finish(self) -> None:
         for attempt in range(FENCED_RETRIES):
@@ -354,17 +360,31 @@ class _TransactionalOutput(_Output):
                 self.commit()
                 return
             except OutputNotDelivered as failure:
-                if not (isinstance(failure, OutputFenced) or self.delivery.fenced) or attempt == FENCED_RETRIES - 1:
+                if not self._was_fenced(failure) or attempt == FENCED_RETRIES - 1:
                     raise
             self._begin_again()
 
+    def _was_fenced(self, failure: OutputNotDelivered) -> bool:
+        """A producer that another took the id from fails its calls, and its records, as fatal."""
+        cause = failure.__cause__
+        fatal = isinstance(cause, KafkaException) and (cause.args[0].fatal() or cause.args[0].code() in FENCED_CODES)
+        return isinstance(failure, OutputFenced) or self.delivery.fenced or fatal
+
     def _begin_again(self) -> None:
-        _forget(self.transactional_id)
-        self.client, self.delivery = None, _Delivery()
-        self._begin()
-        if not self.skipping:
-            for row in self.rows:
-                super().produce(*row)
+        """A new producer for the id, the committed batch read again, the task's rows produced again."""
+        for attempt in range(FENCED_RETRIES):
+            _forget(self.transactional_id)
+            self.client, self.delivery = None, _Delivery()
+            self._begin()
+            if self.skipping:
+                return
+            try:
+                for row in self.rows:
+                    super().produce(*row)
+                return
+            except OutputNotDelivered as failure:
+                if not self._was_fenced(failure) or attempt == FENCED_RETRIES - 1:
+                    raise
 
     def commit(self) -> None:
         client = self._begin()
