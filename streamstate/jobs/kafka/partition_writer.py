@@ -367,7 +367,7 @@ class _TransactionalOutput(_Output):
     def _was_fenced(self, failure: OutputNotDelivered) -> bool:
         """A producer that another took the id from fails its calls, and its records, as fatal."""
         cause = failure.__cause__
-        fatal = isinstance(cause, KafkaException) and (cause.args[0].fatal() or cause.args[0].code() in FENCED_CODES)
+        fatal = isinstance(cause, KafkaException) and _fenced(cause.args[0])
         return isinstance(failure, OutputFenced) or self.delivery.fenced or fatal
 
     def _begin_again(self) -> None:
@@ -430,6 +430,11 @@ class _TransactionalClient:
             _forget(self.transactional_id)
 
 
+def _fenced(error: KafkaError) -> bool:
+    """An error after which the producer is done: another producer took its transactional id."""
+    return error.fatal() or error.code() in FENCED_CODES
+
+
 def _call(client: _TransactionalClient, what: str, action) -> None:
     """One transactional call, retried while Kafka says a retry may succeed (a new group's
     coordinator, still loading or moved, answers so too)."""
@@ -442,7 +447,7 @@ def _call(client: _TransactionalClient, what: str, action) -> None:
             if (error.retriable() or error.code() in COORDINATOR_MOVING) and attempt < CALL_RETRIES - 1:
                 time.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
-            if error.fatal() or error.code() in FENCED_CODES:
+            if _fenced(error):
                 _forget(client.transactional_id)
                 raise OutputFenced(
                     f"{what} of transactional id {client.transactional_id}: {error.str()}; another producer took the id (a newer "
@@ -453,8 +458,13 @@ def _call(client: _TransactionalClient, what: str, action) -> None:
             raise OutputNotDelivered(f"{what} of transactional id {client.transactional_id}: {error.str()}") from exc
 
 
+def _identity(config: ClientConfig) -> str:
+    """A client configuration as a cache key: equal settings, one client per process."""
+    return json.dumps(config, sort_keys=True, default=str)
+
+
 def _producer(config: ClientConfig) -> Producer:
-    identity = json.dumps(config, sort_keys=True, default=str)
+    identity = _identity(config)
     producer = _producers.get(identity)
     if producer is None:
         producer = _producers[identity] = Producer(config)
@@ -489,7 +499,7 @@ def transactions_problem(settings: Any) -> str | None:
     starting a transactional producer: brokers before 0.11 lack them, and a cluster with fewer
     brokers than its transaction log's replication factor (3 unless set) cannot start one."""
     config = producer_config(settings)
-    identity = json.dumps(config, sort_keys=True, default=str)
+    identity = _identity(config)
     if identity not in _probed:
         probe = Producer({**config, "transactional.id": f"streamstate.probe.{uuid.uuid4().hex}"})
         try:
