@@ -70,7 +70,6 @@ TRANSACTION_TIMEOUT_MS = 180_000
 TRANSACTION_CALL_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 20.0
 CALL_RETRIES = 10
-FENCED_RETRIES = 3
 FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FATAL)
 COORDINATOR_MOVING = (
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -95,9 +94,8 @@ class TransactionsUnavailable(JobError):
 
 
 class OutputFenced(OutputNotDelivered):
-    """Another producer kept taking this task's transactional id through the task's attempts to
-    begin again (another copy of the job on the same checkpoint): its transaction is aborted,
-    nothing of it is seen."""
+    """A newer attempt of this task took its transactional id (another copy of the job on the
+    same checkpoint): this one's transaction is aborted, nothing of it is seen."""
 
 
 def is_fenced(error: object) -> bool:
@@ -238,7 +236,6 @@ class _Delivery:
 
     def __init__(self) -> None:
         self.sent = self.acknowledged = self.failed = 0
-        self.fenced = False  # a record refused because another producer took the transactional id
         self.first_errors: list[str] = []
 
     def __call__(self, error, message) -> None:
@@ -246,7 +243,6 @@ class _Delivery:
             self.acknowledged += 1
             return
         self.failed += 1
-        self.fenced = self.fenced or error.code() in FENCED_CODES
         if len(self.first_errors) < 3:
             self.first_errors.append(f"{message.topic()}: {error}")
 
@@ -273,6 +269,11 @@ class _Output:
             self._producer = _producer(self.config)
         return self._producer
 
+    @property
+    def producing(self) -> Producer | None:
+        """The producer the task's records went to, if any went out."""
+        return self._producer
+
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         while True:
             try:
@@ -285,12 +286,12 @@ class _Output:
                 raise OutputNotDelivered(f"producing to {topic}: {error}") from error
 
     def poll(self) -> None:
-        if self._producer is not None:
-            self._producer.poll(0)  # serve delivery reports as they come, not all at the end
+        if self.producing is not None:
+            self.producing.poll(0)  # serve delivery reports as they come, not all at the end
 
     def finish(self) -> None:
-        if self._producer is not None:
-            self.delivery.check(self._producer.flush(FLUSH_TIMEOUT_S))
+        if self.producing is not None:
+            self.delivery.check(self.producing.flush(FLUSH_TIMEOUT_S))
 
     def abandon(self) -> None:
         """The task failed: records already sent are out (at least once), nothing to undo."""
@@ -300,12 +301,11 @@ class _TransactionalOutput(_Output):
     """A task's records in one transaction, begun at its first record (a task without rows
     costs nothing) and committed with the batch id; none when the batch was committed before.
 
-    Spark runs a partition's task in whichever Python worker is free, so another worker of the
-    same job may have started a producer for this transactional id since this worker's last
-    batch, fencing this worker's. The task keeps its rows, so a fenced transaction is begun
-    again on a new producer (which fences the other in turn), the committed batch read again
-    (a newer run may have committed it meanwhile: then nothing is written) and the rows
-    produced again."""
+    Every task starts a producer of its own for the transactional id: ``init_transactions``
+    then fences whatever attempt of the partition came before (a crashed run's, a task of a
+    stopped run still flushing, a stuck old driver's), so the newest attempt is the one that can
+    commit, and the committed batch it reads after that is the broker's latest. A producer kept
+    between tasks would go stale: Spark runs a partition's task in any free Python worker."""
 
     def __init__(self, config: ClientConfig, group_config: ClientConfig, transactions: BatchTransactions) -> None:
         super().__init__(config)
@@ -316,75 +316,34 @@ class _TransactionalOutput(_Output):
         self.group_config = group_config
         self.client: _TransactionalClient | None = None
         self.skipping = False
-        self.rows: list[tuple[str, str | None, str | None]] = []
 
     @property
     def producer(self) -> Producer:
         return self._begin().producer
 
+    @property
+    def producing(self) -> Producer | None:
+        return None if self.client is None or self.skipping else self.client.producer
+
     def _begin(self) -> _TransactionalClient:
         if self.client is None:
-            for attempt in range(FENCED_RETRIES):
-                client = _transactional_client(self.transactional_id, self.transactions.marker, self.config, self.group_config)
-                self.skipping = client.committed_batch() >= self.transactions.batch_id
-                if self.skipping:
-                    break
-                try:
-                    _call(client, "begin_transaction", client.producer.begin_transaction)
-                    break
-                except OutputFenced:  # a producer kept from an earlier batch, fenced since: start a new one
-                    if attempt == FENCED_RETRIES - 1:
-                        raise
-            client.open = not self.skipping
+            client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config)
+            self.skipping = client.committed_batch() >= self.transactions.batch_id
+            if not self.skipping:
+                _call(client, "begin_transaction", client.producer.begin_transaction)
+                client.open = True
             self.client = client
         return self.client
 
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         self._begin()
-        if self.skipping:
-            return
-        self.rows.append((topic, key, payload))
-        try:
+        if not self.skipping:
             super().produce(topic, key, payload)
-        except OutputNotDelivered as failure:
-            if not self._was_fenced(failure):
-                raise
-            self._begin_again()
 
     def finish(self) -> None:
-        for attempt in range(FENCED_RETRIES):
-            if self.client is None or self.skipping:
-                return
-            try:
-                super().finish()  # every record acknowledged (written, not yet visible), or the task fails
-                self.commit()
-                return
-            except OutputNotDelivered as failure:
-                if not self._was_fenced(failure) or attempt == FENCED_RETRIES - 1:
-                    raise
-            self._begin_again()
-
-    def _was_fenced(self, failure: OutputNotDelivered) -> bool:
-        """A producer that another took the id from fails its calls, and its records, as fatal."""
-        cause = failure.__cause__
-        fatal = isinstance(cause, KafkaException) and _fenced(cause.args[0])
-        return isinstance(failure, OutputFenced) or self.delivery.fenced or fatal
-
-    def _begin_again(self) -> None:
-        """A new producer for the id, the committed batch read again, the task's rows produced again."""
-        for attempt in range(FENCED_RETRIES):
-            _forget(self.transactional_id)
-            self.client, self.delivery = None, _Delivery()
-            self._begin()
-            if self.skipping:
-                return
-            try:
-                for row in self.rows:
-                    super().produce(*row)
-                return
-            except OutputNotDelivered as failure:
-                if not self._was_fenced(failure) or attempt == FENCED_RETRIES - 1:
-                    raise
+        super().finish()  # every record acknowledged (written, not yet visible), or the task fails
+        if self.producing is not None:
+            self.commit()
 
     def commit(self) -> None:
         client = self._begin()
@@ -393,7 +352,6 @@ class _TransactionalOutput(_Output):
             [done], client.group.consumer_group_metadata(), TRANSACTION_CALL_TIMEOUT_S))
         _call(client, "commit_transaction", lambda: client.producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S))
         client.open = False
-        client.committed = self.transactions.batch_id
 
     def abandon(self) -> None:
         """The task failed: its open transaction is aborted, so nothing of it is ever seen."""
@@ -403,31 +361,37 @@ class _TransactionalOutput(_Output):
 
 @dataclass
 class _TransactionalClient:
-    """A transactional id's producer and the consumer group that keeps its committed batch."""
+    """A task's producer for its transactional id, and the consumer group that keeps the id's
+    committed batch."""
 
     transactional_id: str
     producer: Producer
     group: Consumer
     marker: str
-    committed: int | None = None  # the last batch this id committed, once read
     open: bool = False
 
+    @classmethod
+    def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
+        producer = Producer({**config, "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+        client = cls(transactional_id, producer, _group(transactional_id, group_config), marker)
+        _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
+        return client
+
     def committed_batch(self) -> int:
-        if self.committed is None:
-            # read_committed makes the fetch wait out an offset commit still in a transaction
-            offsets: list[TopicPartition] = []
-            _call(self, "reading the committed batch", lambda: offsets.extend(
-                self.group.committed([TopicPartition(self.marker, 0)], timeout=TRANSACTION_CALL_TIMEOUT_S)))
-            offset = offsets[0].offset
-            self.committed = offset - 1 if offset >= 0 else -1
-        return self.committed
+        """The last batch the id committed (-1: none); read_committed makes the fetch wait out
+        an offset commit still in a transaction."""
+        offsets: list[TopicPartition] = []
+        _call(self, "reading the committed batch", lambda: offsets.extend(
+            self.group.committed([TopicPartition(self.marker, 0)], timeout=TRANSACTION_CALL_TIMEOUT_S)))
+        offset = offsets[0].offset
+        return offset - 1 if offset >= 0 else -1
 
     def abort(self) -> None:
         self.open = False
         try:
             self.producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
-        except KafkaException:  # a fenced or broken producer: the broker aborts its transaction
-            _forget(self.transactional_id)
+        except KafkaException:  # a fenced or broken producer: its successor or the broker aborts the transaction
+            pass
 
 
 def _fenced(error: KafkaError) -> bool:
@@ -448,10 +412,9 @@ def _call(client: _TransactionalClient, what: str, action) -> None:
                 time.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
             if _fenced(error):
-                _forget(client.transactional_id)
                 raise OutputFenced(
                     f"{what} of transactional id {client.transactional_id}: {error.str()}; another producer took the id (a newer "
-                    "run of this query on the same checkpoint, or a retry of the task), so this transaction is aborted"
+                    "attempt of this task, in another copy of the job on the same checkpoint), so this transaction is aborted"
                 ) from exc
             if client.open:
                 client.abort()
@@ -471,24 +434,16 @@ def _producer(config: ClientConfig) -> Producer:
     return producer
 
 
-# One per transactional id in this worker: init_transactions (a round trip to the coordinator,
-# fencing older producers) once, the committed batch read once and then kept.
-_transactional: dict[str, _TransactionalClient] = {}
+# The consumers that read and commit the ids' batches: no transactions, nothing to fence, so
+# kept per Python worker (a consumer's connections cost more than its one read).
+_groups: dict[str, Consumer] = {}
 
 
-def _transactional_client(transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
-    client = _transactional.get(transactional_id)
-    if client is not None:
-        if client.open:  # a task that died without abandon() (interrupted): start clean
-            client.abort()
-        if transactional_id in _transactional:
-            return client
-    producer = Producer({**config, "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
-    group = Consumer({**group_config, "group.id": transactional_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
-    client = _TransactionalClient(transactional_id, producer, group, marker)
-    _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
-    _transactional[transactional_id] = client
-    return client
+def _group(group_id: str, group_config: ClientConfig) -> Consumer:
+    key = _identity({**group_config, "group.id": group_id})
+    if key not in _groups:
+        _groups[key] = Consumer({**group_config, "group.id": group_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
+    return _groups[key]
 
 
 _probed: dict[str, str | None] = {}
@@ -509,6 +464,3 @@ def transactions_problem(settings: Any) -> str | None:
             _probed[identity] = exc.args[0].str()
     return _probed[identity]
 
-
-def _forget(transactional_id: str) -> None:
-    _transactional.pop(transactional_id, None)
