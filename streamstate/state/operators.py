@@ -183,10 +183,10 @@ def bucket_of(key: Column, buckets: int) -> Column:
 
 def _time_mode(spec: StateSpec) -> str:
     # Spark runs a (no-data) batch at every trigger in ProcessingTime mode, so that mode is
-    # chosen only when a processing-time timeout or every-batch calls need it.
+    # chosen only when a processing-time timeout, the function's own timers or every-batch calls need it.
     if spec.event_time_column is not None:
         return "EventTime"
-    return "ProcessingTime" if spec.timeout_ms is not None or spec.every_batch else "None"
+    return "ProcessingTime" if spec.timeout_ms is not None or spec.every_batch or spec.processing_timers else "None"
 
 
 def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataFrame:
