@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import operator
+import re
+import textwrap
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+import streamstate.state.window_tester as window_tester_module
 from streamstate.state.window_tester import WindowTester
 from streamstate.state.windows import Slides, WindowError, WindowOp
 from tests.window_reference import Record, ReferenceWindows
@@ -252,3 +255,8 @@ def test_window_arguments_are_checked():
     with pytest.raises(TypeError, match="inv_func must be callable"):
         WindowOp.reduce_by_window(operator.add, 3, "1 minute")  # type: ignore[arg-type]
     assert Slides.of("10 minutes", "4 minutes").pane_ms == 120_000 and Slides.of("10 seconds").slide_ms == 10_000
+
+
+def test_the_window_tester_module_example_runs():
+    code = re.search(r"Example::\n\n(.*?)\n\n", window_tester_module.__doc__, re.S).group(1)
+    exec(compile(textwrap.dedent(code), window_tester_module.__file__, "exec"), {})
