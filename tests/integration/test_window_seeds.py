@@ -73,9 +73,7 @@ SEEDS = {
 
 
 def reference_records(name: str, line: dict) -> list[Record]:
-    if name == "windowed_word_counts":
-        return [Record(word, 1, line["ts"]) for word in line["line"].split()]
-    if name == "word_frequencies":
+    if name in ("windowed_word_counts", "word_frequencies"):
         return [Record(word, 1, line["ts"]) for word in line["line"].split()]
     if name == "line_counts":
         return [Record("", 1, line["ts"])]
