@@ -126,6 +126,15 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 "",
                 "the same batches; the whole state is called and written out each batch, as DStream's",
             ))
+    if "windows" in figures and "error" not in figures["windows"]:
+        f = figures["windows"]
+        d = f["dataset"]
+        setup = f"{d['records']:,} events, {d['keys']:,} keys, {d['window']} windows every {d['slide']}, append, availableNow"
+        rows += [
+            _engine("`reduce_by_key_and_window` (sum, inverse `-`)", f["reduce_by_key_and_window"], setup),
+            _engine("Spark `groupBy(window(...), key).agg(sum)` (same input)", f["native_group_by_window"], setup + ", RocksDB"),
+            _ratio("`reduce_by_key_and_window` / native" + ("" if f["same_windows"] else " (WINDOW COUNTS DIFFER)"), f["ratio_vs_native"], None),
+        ]
     if "api" in figures and "error" not in figures["api"] and "sizes" in figures["api"]:
         rows += _api_rows(figures["api"])
     if "validation" in figures and "error" not in figures["validation"]:

@@ -27,12 +27,25 @@ Public API::
 
     from streamstate.state import StateSpec, State, Emit, map_with_state, update_state_by_key, StateTypeError
     from streamstate.state.tester import StateTester   # run a spec in memory, without Spark
+
+    # The DStream window family, on the same engine (streamstate.state.windows: the pure logic)
+    from streamstate.state import window, count_by_window, reduce_by_window, reduce_by_key_and_window, count_by_value_and_window
+    from streamstate.state.window_tester import WindowTester
 """
 
 from streamstate.state.operators import StateResult, map_with_state, update_state_by_key
 from streamstate.state.outputs import Emit
 from streamstate.state.spec import StateSpec, duration_ms
 from streamstate.state.state import State, StateTypeError, StateUsageError
+from streamstate.state.window_operators import (
+    WindowResult,
+    count_by_value_and_window,
+    count_by_window,
+    reduce_by_key_and_window,
+    reduce_by_window,
+    window,
+)
+from streamstate.state.windows import WindowError
 
 __all__ = [
     "Emit",
@@ -41,7 +54,14 @@ __all__ = [
     "StateSpec",
     "StateTypeError",
     "StateUsageError",
+    "WindowError",
+    "WindowResult",
+    "count_by_value_and_window",
+    "count_by_window",
     "duration_ms",
     "map_with_state",
+    "reduce_by_key_and_window",
+    "reduce_by_window",
     "update_state_by_key",
+    "window",
 ]

@@ -183,10 +183,10 @@ def bucket_of(key: Column, buckets: int) -> Column:
 
 def _time_mode(spec: StateSpec) -> str:
     # Spark runs a (no-data) batch at every trigger in ProcessingTime mode, so that mode is
-    # chosen only when a processing-time timeout or every-batch calls need it.
+    # chosen only when a processing-time timeout, the function's own timers or every-batch calls need it.
     if spec.event_time_column is not None:
         return "EventTime"
-    return "ProcessingTime" if spec.timeout_ms is not None or spec.every_batch else "None"
+    return "ProcessingTime" if spec.timeout_ms is not None or spec.every_batch or spec.processing_timers else "None"
 
 
 def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataFrame:
@@ -196,7 +196,7 @@ def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataF
         value_col = df[value]
     else:
         value_col = F.struct(*[df[c] for c in value])
-    columns: list[Column] = [df[key], value_col, _event_time_ms(df, spec.event_time_column)]
+    columns: list[Column] = [df[key], value_col, event_time_ms(df, spec.event_time_column)]
     columns += [
         (df[name] if name in df.columns else F.lit(None)).cast(cast)
         for name, cast in zip(SOURCE_COLUMNS, ("string", "int", "long"))
@@ -204,7 +204,8 @@ def _input_layout(df: DataFrame, key: str, spec: StateSpec, value: Any) -> DataF
     return df.select(*[c.alias(name) for c, name in zip(columns, INPUT_COLUMNS)])
 
 
-def _event_time_ms(df: DataFrame, column: str | None) -> Column:
+def event_time_ms(df: DataFrame, column: str | None) -> Column:
+    """A timestamp or epoch-ms column as epoch ms (NULL without one), for the state engine."""
     if column is None:
         return F.lit(None).cast("long")
     if column not in df.columns:

@@ -100,6 +100,7 @@ class StateSpec:
     bucket_count: int = DEFAULT_BUCKETS
     hot_key_capacity: int = DEFAULT_HOT_KEYS
     every_batch: bool = False
+    processing_timers: bool = False
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -179,6 +180,14 @@ class StateSpec:
             raise ValueError(f"late must be 'process' or 'dead_letter', got {late!r}")
         self._refuse_on_every_batch("an event-time clock")
         return replace(self, event_time_column=column, late_records=late)
+
+    def processing_time_timers(self) -> StateSpec:
+        """Run the timers the function sets (``State.set_timeout_timestamp``) on the batches'
+        processing time, in a spec with neither a timeout nor an event time: Spark keeps no
+        clock for a stateful operator that asks for none, so without this they never fire."""
+        if self.event_time_column is not None:
+            raise ValueError("this spec runs on event time: its timers follow the watermark")
+        return replace(self, processing_timers=True)
 
     def snapshots(self, snapshot: Callable[[Any, Any], Any]) -> StateSpec:
         """Publish ``snapshot(key, state)`` in :meth:`StateResult.state_snapshots` instead of the raw
