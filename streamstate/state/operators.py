@@ -10,9 +10,11 @@ snapshot | dead_letter, or the kind of an :class:`~streamstate.state.Emit`; see
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
+import pyarrow as pa
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -159,7 +161,8 @@ def _run(
         keyed = _initial_state(df, key, spec)
         initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec.bucket_count)).groupBy(BUCKET)
     time_mode = _time_mode(spec)
-    packed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec.bucket_count)).mapInArrow(pack, PACKED_SCHEMA)
+    bucketed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec.bucket_count))
+    packed = bucketed.mapInArrow(_own_pack(), PACKED_SCHEMA)
     hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
     rows = packed.groupBy(BUCKET).transformWithStateInPandas(
         statefulProcessor=BucketProcessor(plan, time_mode, hot_capacity, TICK_MS),
@@ -174,6 +177,23 @@ def _run(
         output_column=output_column,
         source_columns=all(c in df.columns for c in SOURCE_COLUMNS),
     )
+
+
+def _own_pack() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``pack`` as a function of this operator alone.
+
+    Two operators over the same rows would otherwise plan the same packing step, and Spark
+    then reuses one shuffle for both (exchange reuse). On Spark 4.2 the second operator's
+    event-time timers no longer fire in no-data batches then: its windows close a batch late.
+    A closure over a token of its own makes each operator's step, and so its shuffle, distinct.
+    """
+    token = uuid.uuid4().hex
+
+    def pack_for_this_operator(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        assert token  # captured: the token is what makes this function's pickled form unique
+        return pack(batches)
+
+    return pack_for_this_operator
 
 
 def bucket_of(key: Column, buckets: int) -> Column:
