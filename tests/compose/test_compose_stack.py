@@ -65,6 +65,7 @@ OPTED_OUT = os.environ.get("DOCKER_TESTS", "").lower() == "off"
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.timeout(3600),
+    pytest.mark.xdist_group("heavy-stacks"),  # never beside the crash tests' job restarts (Makefile)
     pytest.mark.skipif(OPTED_OUT, reason="DOCKER_TESTS=off: the Docker tests were opted out of"),
 ]
 
