@@ -11,9 +11,6 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) Makefile | cksum
 PROFILE ?= embedded
 # Test sessions side by side (pytest-xdist), each with its own broker and SparkSession: the
 # suite's slow tests mostly wait on job processes, so a second session uses the idle core.
-# loadgroup keeps the tests marked xdist_group("heavy-stacks") (the compose stack, the crash
-# tests' repeated job restarts) on one session, one after the other: side by side on 2 cores
-# they starved the compose drivers' Python workers past Spark's 10 s connect-back window.
 TEST_WORKERS ?= 2
 # The suite's JVMs (the job processes' Spark drivers, the Kafka brokers) live minutes and the
 # suite is bound by 2 cores: compiling with C1 only and collecting serially spends less CPU
@@ -33,7 +30,7 @@ run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter 
 	env JAVA_TOOL_OPTIONS="$(RUN_JVM_OPTIONS)" $(BIN)/streamstate up --profile $(PROFILE)
 
 test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker engine and the images included
-	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs)
 	bash infra/docker/engine.sh start

@@ -9,6 +9,7 @@ and the ``profile_*`` fixtures built on it; the rest run once, on local checkpoi
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import sys
@@ -181,3 +182,32 @@ def pytest_sessionfinish(session, exitstatus):
     if leftovers:
         print(f"\nERROR: processes left running after the test session: {leftovers}", file=sys.stderr)
         session.exitstatus = 1
+
+
+# The compose stack (nine containers) and the crash tests (a job JVM started again at every
+# kill) are the heaviest tests. Side by side on 2 cores they starved the compose drivers'
+# Python workers past Spark's fixed 10 s connect-back window, and the job ran no batch.
+HEAVY_STACK_TURN = "heavy_stack_turn"
+
+
+@pytest.fixture(scope="module")
+def heavy_stack_turn(tmp_path_factory):
+    """The run's one turn for a heavy test module: held from its first test's set-up to its
+    last test's teardown, so no two heavy modules run at once in any of the run's sessions
+    (pytest-xdist's workers share the directory above their base temp)."""
+    path = tmp_path_factory.getbasetemp().parent / "heavy-stack.lock"
+    with open(path, "w") as turn:
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"\nwaiting for another session's heavy test to end ({path})", file=sys.stderr, flush=True)
+            fcntl.flock(turn, fcntl.LOCK_EX)
+        yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heavy tests first. pytest-xdist's work stealing hands out the collection in halves
+    and steals from the end of a session's queue, so the heavy tests stay at the head of the
+    first session's and run there one after the other, while the other session runs the rest
+    (their turn would also keep them apart, with a session waiting)."""
+    items.sort(key=lambda item: HEAVY_STACK_TURN not in item.fixturenames)

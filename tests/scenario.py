@@ -54,13 +54,15 @@ def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS, 
     return Scenario(seed=seed, records=records)
 
 
-def pipeline_topics(new_topic) -> dict[str, str]:
+def pipeline_topics(new_topic, input_overrides: dict[str, str] | None = None) -> dict[str, str]:
     """Fresh input and output topics for one pipeline run, as Settings fields (``new_topic``: the fixture),
-    each with the configuration ``infra/kafka/topics.toml`` gives it."""
+    each with the configuration ``infra/kafka/topics.toml`` gives it (``input_overrides`` on
+    top of it for the two input topics)."""
     config = {spec.name: spec.config for spec in load_topics(defaults().topics_file)}
+    overrides = input_overrides or {}
     return {
-        "topic_user_events": new_topic(4, "events", config["user-events"]),
-        "topic_metrics": new_topic(4, "metrics", config["metrics"]),
+        "topic_user_events": new_topic(4, "events", {**config["user-events"], **overrides}),
+        "topic_metrics": new_topic(4, "metrics", {**config["metrics"], **overrides}),
         "topic_alerts": new_topic(2, "alerts", config["alerts"]),
         "topic_sessions": new_topic(2, "sessions", config["sessions"]),
         "topic_session_state": new_topic(2, "session-state", config["session-state"]),

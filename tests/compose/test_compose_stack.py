@@ -65,7 +65,6 @@ OPTED_OUT = os.environ.get("DOCKER_TESTS", "").lower() == "off"
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.timeout(3600),
-    pytest.mark.xdist_group("heavy-stacks"),  # never beside the crash tests' job restarts (Makefile)
     pytest.mark.skipif(OPTED_OUT, reason="DOCKER_TESTS=off: the Docker tests were opted out of"),
 ]
 
@@ -151,7 +150,7 @@ def missing_local_images() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, heavy_stack_turn):  # never beside the crash tests: see heavy_stack_turn
     reason = docker_unavailable_reason()
     if reason is not None:
         pytest.fail(f"the compose test needs a Docker engine, which `make test` starts: {reason} "

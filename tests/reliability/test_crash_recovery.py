@@ -31,9 +31,8 @@ from tests.reliability.crash_at import POINTS
 from tests.reliability.crashing import crash_repeatedly, start
 from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs
 
-# One group with the compose test (tests/compose): Spark's planning worker must connect back
-# within 10 s, which the compose stack's drivers missed with these job restarts beside them.
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("heavy-stacks")]
+# Never beside the compose test: see heavy_stack_turn (tests/conftest.py).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("heavy_stack_turn")]
 
 SEED = 7
 CYCLES = 10 if LARGE else 3
