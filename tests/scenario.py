@@ -54,15 +54,18 @@ def build_scenario(seed: int = 7, events: int = EVENTS, metrics: int = METRICS, 
     return Scenario(seed=seed, records=records)
 
 
-def pipeline_topics(new_topic, input_overrides: dict[str, str] | None = None) -> dict[str, str]:
+def pipeline_topics(new_topic) -> dict[str, str]:
     """Fresh input and output topics for one pipeline run, as Settings fields (``new_topic``: the fixture),
-    each with the configuration ``infra/kafka/topics.toml`` gives it (``input_overrides`` on
-    top of it for the two input topics)."""
+    each with the configuration ``infra/kafka/topics.toml`` gives it, except that the input
+    topics keep their records whatever their age. Tests produce records stamped with their
+    relay's clock of 2023 (a scenario's event times): under the 7-day retention the broker's
+    retention check, every 5 minutes, deleted them before the jobs read them (the job then
+    rightly stops with lost input)."""
     config = {spec.name: spec.config for spec in load_topics(defaults().topics_file)}
-    overrides = input_overrides or {}
+    kept = {"retention.ms": "-1"}
     return {
-        "topic_user_events": new_topic(4, "events", {**config["user-events"], **overrides}),
-        "topic_metrics": new_topic(4, "metrics", {**config["metrics"], **overrides}),
+        "topic_user_events": new_topic(4, "events", {**config["user-events"], **kept}),
+        "topic_metrics": new_topic(4, "metrics", {**config["metrics"], **kept}),
         "topic_alerts": new_topic(2, "alerts", config["alerts"]),
         "topic_sessions": new_topic(2, "sessions", config["sessions"]),
         "topic_session_state": new_topic(2, "session-state", config["session-state"]),

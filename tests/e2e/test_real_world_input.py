@@ -101,10 +101,9 @@ def wait_read(queries: list, produced: list, settings, timeout_s: float = 300) -
 
 
 def test_hostile_valid_records_leave_everyone_else_exact(spark, bootstrap, settings, new_topic, tmp_path):
-    # The records carry their relay's Kafka timestamps, from 2023: under the topics' 7-day
-    # retention the broker's next retention check deletes them, maybe before the jobs read them.
-    topics = pipeline_topics(new_topic, input_overrides={"retention.ms": "-1"})
-    pipeline = settings.model_copy(update={**topics, "checkpoint_root": str(tmp_path), "trigger_interval": "1 second"})
+    pipeline = settings.model_copy(
+        update={**pipeline_topics(new_topic), "checkpoint_root": str(tmp_path), "trigger_interval": "1 second"}
+    )
     scenario = build_scenario(seed=23, events=4_000, metrics=900, users=300)
     half = len(scenario.records) // 2
     first, rest = scenario.records[:half], scenario.records[half:]
