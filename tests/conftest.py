@@ -9,6 +9,7 @@ and the ``profile_*`` fixtures built on it; the rest run once, on local checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import os
@@ -186,28 +187,38 @@ def pytest_sessionfinish(session, exitstatus):
 
 # The compose stack (nine containers) and the crash tests (a job JVM started again at every
 # kill) are the heaviest tests. Side by side on 2 cores they starved the compose drivers'
-# Python workers past Spark's fixed 10 s connect-back window, and the job ran no batch.
-HEAVY_STACK_TURN = "heavy_stack_turn"
+# Python workers past Spark's fixed 10 s connect-back window, and the job ran no batch. The
+# crash tests beside each other are fine (they were so in every run).
+@contextlib.contextmanager
+def _heavy_turn(tmp_path_factory, mode: int):
+    path = tmp_path_factory.getbasetemp().parent / "heavy-stack.lock"  # shared by the xdist workers
+    with open(path, "w") as turn:
+        try:
+            fcntl.flock(turn, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"\nwaiting for another session's heavy test to end ({path})", file=sys.stderr, flush=True)
+            fcntl.flock(turn, mode)
+        yield
 
 
 @pytest.fixture(scope="module")
-def heavy_stack_turn(tmp_path_factory):
-    """The run's one turn for a heavy test module: held from its first test's set-up to its
-    last test's teardown, so no two heavy modules run at once in any of the run's sessions
-    (pytest-xdist's workers share the directory above their base temp)."""
-    path = tmp_path_factory.getbasetemp().parent / "heavy-stack.lock"
-    with open(path, "w") as turn:
-        try:
-            fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"\nwaiting for another session's heavy test to end ({path})", file=sys.stderr, flush=True)
-            fcntl.flock(turn, fcntl.LOCK_EX)
+def heavy_stack_alone(tmp_path_factory):
+    """The compose stack's turn: no crash test runs in any of the run's sessions meanwhile
+    (held from the module's first set-up to its last teardown)."""
+    with _heavy_turn(tmp_path_factory, fcntl.LOCK_EX):
+        yield
+
+
+@pytest.fixture(scope="module")
+def heavy_beside_no_stack(tmp_path_factory):
+    """A crash test's turn: never while the compose stack runs; beside another crash test, yes."""
+    with _heavy_turn(tmp_path_factory, fcntl.LOCK_SH):
         yield
 
 
 def pytest_collection_modifyitems(config, items):
-    """The heavy tests first. pytest-xdist's work stealing hands out the collection in halves
-    and steals from the end of a session's queue, so the heavy tests stay at the head of the
-    first session's and run there one after the other, while the other session runs the rest
-    (their turn would also keep them apart, with a session waiting)."""
-    items.sort(key=lambda item: HEAVY_STACK_TURN not in item.fixturenames)
+    """The compose stack first and the crash tests last. pytest-xdist's work stealing hands out
+    the collection in halves and steals from the end of a session's queue: the stack runs at
+    the start of the first session while the second runs light tests, and the crash tests come
+    at the end of the second's queue (or a stealer's), normally after the stack is down."""
+    items.sort(key=lambda item: 0 if "heavy_stack_alone" in item.fixturenames else 2 if "heavy_beside_no_stack" in item.fixturenames else 1)

@@ -150,7 +150,7 @@ def missing_local_images() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, heavy_stack_turn):  # never beside the crash tests: see heavy_stack_turn
+def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests: see heavy_stack_alone
     reason = docker_unavailable_reason()
     if reason is not None:
         pytest.fail(f"the compose test needs a Docker engine, which `make test` starts: {reason} "

@@ -31,8 +31,8 @@ from tests.reliability.crash_at import POINTS
 from tests.reliability.crashing import crash_repeatedly, start
 from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs
 
-# Never beside the compose test: see heavy_stack_turn (tests/conftest.py).
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("heavy_stack_turn")]
+# Never beside the compose test: see heavy_beside_no_stack (tests/conftest.py).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("heavy_beside_no_stack")]
 
 SEED = 7
 CYCLES = 10 if LARGE else 3
