@@ -114,6 +114,13 @@ class Settings(BaseSettings):
         description="Restarts in a row of a failed job query from its checkpoint (with backoff) before the job exits;"
         " a committed batch starts the count again.",
     )
+    job_jvm_socket_budget: int = Field(
+        8_000,
+        ge=0,
+        description="Connections a job's own Spark JVM (local master) may hold after their other end closed them, before "
+        "the job moves to a new JVM and resumes from its checkpoints: Spark 4.2.0 leaks one per stateful task "
+        "(SPARK-58932). At most half the JVM's open-file limit; 0: never.",
+    )
     ship_code: Literal["auto", "wheel", "none"] = Field(
         "auto",
         description="Ship the project's code to executors: 'wheel' builds the project's wheel and adds it with "

@@ -233,6 +233,15 @@ class JobMetrics:
             "streamstate_job_up", "1 while at least one streaming query of the job runs and its Kafka broker answers.",
             ["job"], registry=r)
         self._broker_reachable = True
+        self._jvm_sockets = Gauge(
+            "streamstate_job_jvm_abandoned_sockets",
+            "Connections the job's own Spark JVM (local master) holds after their other end closed them: Spark 4.2.0 "
+            "leaks one per stateful task.",
+            ["job"], registry=r)
+        self._jvm_restarts = Counter(
+            "streamstate_job_jvm_restarts",
+            "Times the job moved to a new Spark JVM because the old one held more abandoned connections than its budget.",
+            ["job"], registry=r)
 
         # -- fed by the job's code -------------------------------------------------------
         dead_letters = Counter(
@@ -263,6 +272,7 @@ class JobMetrics:
             if not declared_gauge.label:
                 gauge.series().set(0)
         self._up.labels(job=job).set(0)
+        self._jvm_restarts.labels(job=job)
 
         self.port = port
         self._server = None
@@ -347,6 +357,12 @@ class JobMetrics:
         with self._lock:
             self._broker_reachable = reachable
             self._refresh_up()
+
+    def jvm_sockets(self, count: int) -> None:
+        self._jvm_sockets.labels(job=self.job).set(count)
+
+    def jvm_restarted(self) -> None:
+        self._jvm_restarts.labels(job=self.job).inc()
 
     def _refresh_up(self) -> None:
         self._up.labels(job=self.job).set(1 if self._query_names and self._broker_reachable else 0)

@@ -43,6 +43,7 @@ from streamstate.jobs.checkpoints import (
     state_partitions,
 )
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
+from streamstate.jobs.jvm_recycle import SocketWatch, end_jvm
 from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, is_fenced, transactions_problem
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.lost_input import is_source_reset
@@ -204,14 +205,16 @@ def _last_commits(spark: SparkSession, spec: JobSpec, job_checkpoint: str) -> li
     return [max(CheckpointFiles(spark, cp).batches("commits"), default=-1) for cp in _checkpoints(spec, job_checkpoint)]
 
 
-def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested):
-    """Run the job's queries until stopped, drained (availableNow) or failed; returns the failures."""
+def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested, sockets: SocketWatch | None):
+    """Run the job's queries until stopped, drained (availableNow), failed or their JVM holds too
+    many sockets; returns the failures, and whether the JVM is to be replaced."""
     queries = [
         start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics)
         for query, query_checkpoint in zip(spec.queries, _checkpoints(spec, checkpoint))
     ]
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     watch = BrokerWatch(settings, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
+    new_jvm = False
     try:
         # availableNow: wait for every query to drain; otherwise any query ending ends the run.
         while not stop_requested.is_set() and (
@@ -219,13 +222,28 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
         ):
             if watch is not None:
                 watch.poll()
+            if sockets is not None:
+                if sockets.over_budget():
+                    new_jvm = True
+                    _between_batches(queries, stop_requested)
+                    break
+                metrics.jvm_sockets(sockets.sockets)
             stop_requested.wait(1)
     finally:
         metrics.broker_reachable(True)  # a restarted query is judged afresh
         for running in queries:
             if running.isActive:
                 running.stop()
-    return [(q.name, q.exception()) for q in queries if q.exception() is not None]
+    return [(q.name, q.exception()) for q in queries if q.exception() is not None], new_jvm
+
+
+def _between_batches(queries: list[StreamingQuery], stop_requested: threading.Event, limit_s: float = 30.0) -> None:
+    """Wait (at most ``limit_s``) for a moment when no query runs a batch, so that stopping cuts none short."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not stop_requested.is_set():
+        if not any(q.isActive and q.status["isTriggerActive"] for q in queries):
+            return
+        time.sleep(0.05)
 
 
 def _source_reset(spark, settings, failures, checkpoints: list[str]) -> bool:
@@ -260,6 +278,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
     metrics = JobMetrics(spec, port=spec.port(settings), host=settings.metrics_host)
     metrics.attach(spark)
+    sockets = SocketWatch.of(spark, settings.job_jvm_socket_budget)
     stop_requested = threading.Event()
 
     def _stop(signum, frame):  # noqa: ARG001
@@ -272,7 +291,19 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         budget = RestartBudget(settings.job_max_restarts)
         committed = _last_commits(spark, spec, checkpoint)
         while True:
-            failures = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested)
+            failures, new_jvm = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
+            if new_jvm and not failures and not stop_requested.is_set() and sockets is not None:
+                log.warning(
+                    "the Spark JVM holds %d connections their other end closed, over its budget of %d (Spark 4.2.0 "
+                    "leaks one per stateful task, SPARK-58932): moving to a new JVM; the job resumes from its checkpoint %s",
+                    sockets.sockets, sockets.budget, checkpoint,
+                )
+                end_jvm(spark)
+                spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
+                metrics.attach(spark)
+                metrics.jvm_restarted()
+                sockets = SocketWatch.of(spark, settings.job_jvm_socket_budget)
+                continue
             if not failures or stop_requested.is_set():
                 break
             committed, before = _last_commits(spark, spec, checkpoint), committed
