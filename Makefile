@@ -24,7 +24,7 @@ RUN_JVM_OPTIONS ?= $(TEST_JVM_OPTIONS)
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
 
-.PHONY: run test images bench setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
+.PHONY: run test images bench soak setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
 
 run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
 	env JAVA_TOOL_OPTIONS="$(RUN_JVM_OPTIONS)" $(BIN)/streamstate up --profile $(PROFILE)
@@ -51,6 +51,9 @@ bench: deps                     ## benchmarks: prints a table, writes bench/resu
 	$(BIN)/python infra/locked_requirements.py --extra test --extra bench > $(VENV)/requirements-bench.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-bench.txt
 	$(BIN)/python -m bench
+
+soak: deps                      ## an hour of the anomalies job at 5,000 points/s: latency, fds, sockets, threads and RSS each minute
+	$(BIN)/python -m bench.soak
 
 lock: setup                     ## re-resolve requirements.lock from pyproject.toml (after changing a pin)
 	$(BIN)/python infra/locked_requirements.py --no-runtime --group lock > $(VENV)/requirements-lock.txt
