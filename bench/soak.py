@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.api_latency import percentiles
-from streamstate.jobs.jvm_recycle import abandoned_sockets, descendants
+from streamstate.jobs.jvm_recycle import abandoned_sockets, descendants, fd_targets, java_descendants
 
 HERE = Path(__file__).resolve().parent
 SAMPLE_S = 60.0
@@ -52,34 +51,6 @@ def _status(pid: int) -> dict[str, int]:
     return fields
 
 
-def _descriptors(pid: int) -> tuple[int, int]:
-    """(open file descriptors, sockets among them) of ``pid``."""
-    fds = sockets = 0
-    try:
-        entries = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return 0, 0
-    for entry in entries:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{entry}")
-        except OSError:
-            continue  # closed between the listing and the read
-        fds += 1
-        sockets += target.startswith("socket:")
-    return fds, sockets
-
-
-def _jvm_of(job_pid: int) -> int | None:
-    """The Spark JVM the job process started (its java child)."""
-    for pid in descendants(job_pid):
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
-                return pid
-        except OSError:
-            continue
-    return None
-
-
 def last_batch(commits: Path) -> int:
     """The last batch in a commit log (Spark keeps only the last 100 files), -1 for none."""
     names = [p.name for p in commits.iterdir()] if commits.is_dir() else []
@@ -88,15 +59,15 @@ def last_batch(commits: Path) -> int:
 
 def resources(job_pid: int) -> dict[str, Any]:
     """What the job process, its Spark JVM and the JVM's Python workers hold right now."""
-    jvm_pid = _jvm_of(job_pid)
+    jvm_pid = next(iter(java_descendants(job_pid)), None)
     jvm = _status(jvm_pid) if jvm_pid else {}
-    fds, sockets = _descriptors(jvm_pid) if jvm_pid else (0, 0)
+    targets = fd_targets(jvm_pid) if jvm_pid else []
     workers = [_status(pid) for pid in descendants(jvm_pid)] if jvm_pid else []
     job = _status(job_pid)
     return {
         "jvm_pid": jvm_pid,
-        "jvm_fds": fds,
-        "jvm_sockets": sockets,
+        "jvm_fds": len(targets),
+        "jvm_sockets": sum(target.startswith("socket:") for target in targets),
         "jvm_abandoned_sockets": abandoned_sockets(jvm_pid) if jvm_pid else 0,
         "jvm_threads": jvm.get("Threads", 0),
         "jvm_rss_mb": round(jvm.get("VmRSS", 0) / 1024, 1),

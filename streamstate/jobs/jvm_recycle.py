@@ -29,26 +29,27 @@ from pyspark.sql import SparkSession
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 10.0
-
-
 CLOSE_WAIT = "08"  # the state column of /proc/net/tcp: the peer closed, this side has not
+
+
+def fd_targets(pid: int) -> list[str]:
+    """What each open file descriptor of process ``pid`` points at (``socket:[inode]`` for a socket)."""
+    try:
+        entries = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    targets = []
+    for entry in entries:
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{entry}"))
+        except OSError:
+            continue  # closed between the listing and the read
+    return targets
 
 
 def _socket_inodes(pid: int) -> set[str]:
     """The inodes of the sockets among the open file descriptors of process ``pid``."""
-    inodes: set[str] = set()
-    try:
-        entries = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return inodes
-    for entry in entries:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{entry}")
-        except OSError:
-            continue  # closed between the listing and the read
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    return inodes
+    return {target[len("socket:["):-1] for target in fd_targets(pid) if target.startswith("socket:[")}
 
 
 def descendants(pid: int) -> list[int]:
@@ -64,6 +65,18 @@ def descendants(pid: int) -> list[int]:
             continue
         found += children
         frontier += children
+    return found
+
+
+def java_descendants(pid: int) -> list[int]:
+    """The JVMs below process ``pid`` (a job's Spark JVM)."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+                found.append(child)
+        except OSError:
+            continue  # it exited meanwhile
     return found
 
 

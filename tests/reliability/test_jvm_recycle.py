@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.jobs.jvm_recycle import descendants
+from streamstate.jobs.jvm_recycle import java_descendants
 from tests.integration.api_harness import wait_until
 from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs
 
@@ -22,17 +22,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 BUDGET = 1  # Spark 4.2.0 leaks one or more connections a batch with data
 MOVED = "moving to a new JVM"
-
-
-def java_descendants(pid: int) -> list[int]:
-    found = []
-    for child in descendants(pid):
-        try:
-            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
-                found.append(child)
-        except OSError:
-            continue  # it exited meanwhile
-    return found
 
 
 def test_jobs_move_to_new_jvms_past_the_socket_budget_and_outputs_stay_exact(pipeline_stack):
