@@ -21,6 +21,8 @@ torn down (``down -v``) explicitly, whatever the outcome.
 from __future__ import annotations
 
 import os
+import random
+import socket
 import subprocess
 import time
 import urllib.request
@@ -28,7 +30,6 @@ import urllib.request
 import pytest
 
 from streamstate.settings import REPO_ROOT, Settings
-from streamstate.stack.launcher import free_port
 from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, compose_defaults
 
 PROJECT = "streamstate-compose-test"
@@ -137,6 +138,46 @@ class Stack:
         return urllib.request.urlopen(request, timeout=10).read()
 
 
+def ephemeral_port_range() -> range:
+    low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    return range(low, high + 1)
+
+
+def host_ports(names: list[str]) -> dict[str, int]:
+    """A free host port for each name, below the kernel's ephemeral range: a port from that range
+    (what binding to port 0 gives) can be taken, between the check and `up`, by any connection
+    the tests beside this one open, and `up` then fails with "port is already allocated"."""
+    ephemeral = ephemeral_port_range()
+    candidates = [port for port in range(20000, 32000) if port not in ephemeral]
+    chosen: dict[str, int] = {}
+    for port in random.sample(candidates, len(candidates)):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen[names[len(chosen)]] = port
+        if len(chosen) == len(names):
+            return chosen
+    raise AssertionError(f"no {len(names)} free ports between 20000 and 32000 outside {ephemeral}")
+
+
+def up_failure(compose_stack, error: subprocess.CalledProcessError) -> str:
+    """Why `up` failed, first line first (the line a test summary shows): compose's last
+    error line, then each service that is neither healthy nor exited 0, with its log's tail."""
+    stderr = (error.stderr or b"").decode(errors="replace").strip().splitlines()
+    reason = next((line for line in reversed(stderr) if line.strip()), f"exit status {error.returncode}")
+    lines = [f"`docker compose up` failed: {reason.strip()}"]
+    for container in compose_stack.get_containers(include_all=True):
+        state = f"{container.State} {container.Health or ''} exit {container.ExitCode}".strip()
+        lines.append(f"  {container.Service}: {state}")
+        if container.Health not in ("healthy", None) or (container.State == "exited" and container.ExitCode != 0):
+            logs = subprocess.run([*compose_stack.compose_command_property, "logs", "--tail", "40", container.Service],
+                                  cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+            lines.extend(f"    {line}" for line in (logs.stdout + logs.stderr).splitlines())
+    return "\n".join([*lines, "compose's output:", *stderr[-40:]])
+
+
 def missing_local_images() -> list[str]:
     """The images the stack runs that are not on this engine (never pulled: `make images` builds them)."""
     result = subprocess.run(
@@ -162,8 +203,8 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
 
     # No .env: what a fresh clone runs. Only the published host ports are the test's own, so a
     # stack the user runs (or another test session) does not collide with this one.
-    ports = {name: free_port() for name in ("KAFKA_HOST_PORT", "API_PORT", "GRAFANA_PORT", "PROMETHEUS_PORT",
-                                           "MINIO_API_PORT", "MINIO_CONSOLE_PORT", "SPARK_MASTER_UI_PORT")}
+    ports = host_ports(["KAFKA_HOST_PORT", "API_PORT", "GRAFANA_PORT", "PROMETHEUS_PORT", "MINIO_API_PORT",
+                        "MINIO_CONSOLE_PORT", "SPARK_MASTER_UI_PORT"])
     env_file = tmp_path_factory.mktemp("compose") / "ports.env"
     env_file.write_text("".join(f"{name}={port}\n" for name, port in {"COMPOSE_PROJECT_NAME": PROJECT, **ports}.items()))
     assert not set(SECRETS) & set(os.environ), "a secret set in the environment would bypass the generated ones"
@@ -172,7 +213,10 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
         wait=False, services=SERVICES, env_file=str(env_file),
     )
     try:
-        compose_stack.start()
+        try:
+            compose_stack.start()
+        except subprocess.CalledProcessError as error:
+            raise AssertionError(up_failure(compose_stack, error)) from None
         running = Stack(compose_stack, f"127.0.0.1:{ports['KAFKA_HOST_PORT']}", f"http://127.0.0.1:{ports['API_PORT']}")
         running.wait_until_healthy(SERVICES)
         yield running
