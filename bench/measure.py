@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from streamstate.settings import REPO_ROOT, Settings
-from streamstate.topics import TopicSpec, create_topics
+from streamstate.topics import TopicSpec, create_topics, load_topics
 
 # Inside the project venv directory: ignored by git, kept by `make clean`, gone with the venv.
 QUIX_VENV = REPO_ROOT / ".venv" / "peers" / "quix"
@@ -46,6 +46,14 @@ def fresh_outputs(settings: Settings, label: str) -> Settings:
     names = {field: f"bench-{label}-{run_id}-{field.removeprefix('topic_')}" for field in OUTPUT_TOPICS}
     create_topics(settings.bootstrap_servers, [TopicSpec(name, 2) for name in names.values()])
     return settings.model_copy(update=names)
+
+
+def wall_clock_input_topic(settings: Settings, name: str, partitions: int) -> TopicSpec:
+    """A fresh input topic for wall-clock points, with the timestamp bounds infra/kafka/topics.toml
+    gives the metrics topic (the broker then refuses a timestamp Spark's source cannot convert)."""
+    template = next((t for t in load_topics(settings.topics_file) if t.name == settings.topic_metrics), None)
+    config = {k: v for k, v in (template.config if template else {}).items() if k.startswith("message.timestamp.")}
+    return TopicSpec(name, partitions, config)
 
 
 def query_figures(query, records: int) -> dict[str, Any]:
