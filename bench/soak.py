@@ -105,7 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the producer and the job are stopped
-    from bench.latency import ANOMALY_RATE, SERIES, AlertClock
+    from bench.latency import SERIES, AlertClock, producer_command
     from bench.measure import fresh_outputs, wall_clock_input_topic
     from streamstate.settings import Settings
     from streamstate.stack.launcher import EmbeddedStack
@@ -130,12 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         clock.start()
         job = stack.sibling(settings, workdir / "job").start_job("anomalies")
         commits = Path(settings.checkpoint("anomalies")) / "commits"
-        producer = subprocess.Popen(
-            [sys.executable, "-m", "streamstate.producers", "metrics", "--bootstrap-servers", bootstrap,
-             "--rate", str(args.rate), "--duration", str(args.minutes * 60), "--clock", "wall", "--series", str(SERIES),
-             "--anomaly-rate", str(ANOMALY_RATE), "--topic", input_topic, "--seed", "7", "--no-progress"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        producer = subprocess.Popen(producer_command(bootstrap, input_topic, args.rate, args.minutes * 60, seed=7),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(f"soak: {args.minutes:g} min at {args.rate:,} points/s, the anomalies job (pid {job.pid}, log {job.log_path}); "
               "one line a minute", flush=True)
         try:

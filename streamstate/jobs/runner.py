@@ -275,10 +275,15 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     from streamstate.jobs.spark import build_spark
 
     checkpoint = args.checkpoint or settings.checkpoint(spec.name)
-    spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
     metrics = JobMetrics(spec, port=spec.port(settings), host=settings.metrics_host)
-    metrics.attach(spark)
-    sockets = SocketWatch.of(spark, settings.job_jvm_socket_budget)
+
+    def start_spark() -> tuple[SparkSession, SocketWatch | None]:
+        """A session with the job's metrics listener, and the watch over its JVM's sockets."""
+        session = build_spark(settings, app_name=f"streamstate-{spec.name}")
+        metrics.attach(session)
+        return session, SocketWatch.of(session, settings.job_jvm_socket_budget)
+
+    spark, sockets = start_spark()
     stop_requested = threading.Event()
 
     def _stop(signum, frame):  # noqa: ARG001
@@ -299,10 +304,8 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                     sockets.sockets, sockets.budget, checkpoint,
                 )
                 end_jvm(spark)
-                spark = build_spark(settings, app_name=f"streamstate-{spec.name}")
-                metrics.attach(spark)
+                spark, sockets = start_spark()
                 metrics.jvm_restarted()
-                sockets = SocketWatch.of(spark, settings.job_jvm_socket_budget)
                 continue
             if not failures or stop_requested.is_set():
                 break
