@@ -131,14 +131,16 @@ class ViewFollower(threading.Thread):
         remaining = self._remaining(targets)
         return Readiness(False, self._progress(remaining), remaining)
 
+    def _how(self) -> str:
+        """Why the view is catching up, and from where."""
+        if self._rebuild_reason:
+            return f"rebuilding the view from the start of the topics ({self._rebuild_reason})"
+        return "catching up from the offsets in the view's store"
+
     def _progress(self, remaining: dict[str, dict[str, int]]) -> str:
         """How far catching up is: records done and left, rate, time left, and why from where."""
         left = sum(n for parts in remaining.values() for n in parts.values())
-        how = (
-            f"rebuilding the view from the start of the topics ({self._rebuild_reason})"
-            if self._rebuild_reason
-            else "catching up from the offsets in the view's store"
-        )
+        how = self._how()
         start = self._progress_start
         if start is None:
             return f"{how}: {left:,} records left before the end offsets seen at start"
@@ -300,7 +302,7 @@ class ViewFollower(threading.Thread):
             self._done_at_eof.clear()
             self._progress_start = None
             self._rebuild_reason = reason
-            self._problem = f"rebuilding the view from the start of the topics ({reason})"
+            self._problem = self._how()
         self._metrics.ready.set(0)
         log.warning("view follower: %s; rebuilding the view from the topics", reason)
 
@@ -324,7 +326,8 @@ class ViewFollower(threading.Thread):
 
     def _end_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:
-            self._problem = "reading the topics' end offsets"
+            # Keeps why the view catches up (a damaged store, say): /readyz shows it at every step.
+            self._problem = f"{self._how()}: reading the topics' end offsets"
         return {tp: high for tp, (_, high) in watermarks(consumer, [(p.topic, p.partition) for p in partitions], 5).items()}
 
     def _resume_point(self, tp: TopicPartition) -> TopicPartition:
