@@ -1,21 +1,20 @@
 """Crash recovery, repeated, on both profiles: both jobs run as separate processes on a
-scripted input and are SIGKILLed at seeded random points (at least 5 kill/restart cycles
-each on the embedded profile, 2 on the production one; killed independently), then run to
-the end on the same checkpoints. The final state snapshots,
-closed sessions and dead letters equal the plain-Python reference exactly, every expected
-alert is on the alerts topic, and the API started afterwards shows each alert id once.
+scripted input and are killed again and again (killed independently), then run to the end
+on the same checkpoints. The final state snapshots, closed sessions and dead letters equal
+the plain-Python reference exactly, every expected alert is on the alerts topic once for a
+``read_committed`` consumer, and the API started afterwards shows each alert id once.
 
 The input arrives in chunks while the jobs are being killed (one more chunk at each
-cycle), as a live stream does, so kills land between and inside batches of new data. Besides
-the random kills, each job kills itself once right after a batch's alerts were written and
-before the batch commits: that batch is replayed, its alerts reach the topic twice, and the
-outputs (and the API, which shows each alert once) still equal the reference.
+cycle), as a live stream does, so kills land between and inside batches of new data.
 
-Each job also kills itself once at each dangerous point of its exactly-once output
-(:mod:`tests.reliability.crash_at`): after its transactions committed and before Spark's commit
-log; inside a task's open transaction; and between two tasks' transactions of one batch. A
-``read_committed`` consumer must then see every alert, session and dead letter exactly once; a
-``read_uncommitted`` one sees the aborted records too, and the test says how many."""
+The first kills are the dangerous points of the exactly-once output
+(:mod:`tests.reliability.crash_at`), where the job kills itself: after a batch's alerts were
+written and its transactions committed, before Spark's commit log (the batch is replayed and
+must write nothing again); inside a task's open transaction; and between two tasks'
+transactions of one batch. On the embedded profile each job reaches all three; on the S3 path
+each point is reached by one of the jobs. A job with fewer than ``CYCLES`` (S3:
+``CYCLES_PRODUCTION``) kills by then is killed at seeded random moments until it has them. A
+``read_uncommitted`` consumer sees the aborted records too, and the test says how many."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ import pytest
 
 from tests.integration.api_harness import wait_until
 from tests.reliability.conftest import BREAK_CHECKPOINT, LARGE
-from tests.reliability.crash_at import POINTS
+from tests.reliability.crash_at import AFTER_COMMIT, BETWEEN_TRANSACTIONS, IN_TRANSACTION, POINTS
 from tests.reliability.crashing import crash_repeatedly, start
 from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs
 
@@ -40,16 +39,22 @@ CYCLES = 10 if LARGE else 3
 # state and offsets restored from s3a:// in MinIO); the kill statistics are the embedded run's
 # job. Two cycles per job there keep make test's cost in bounds (each cycle is a JVM start).
 CYCLES_PRODUCTION = 10 if LARGE else 2
+# Every crash point is reached on the S3 path too, each by one of the jobs (on the embedded
+# profile each job reaches all three): a job restart is the test's dearest step, and this
+# keeps the production run at two kill cycles a job.
+PRODUCTION_POINTS = {"sessions": (AFTER_COMMIT, BETWEEN_TRANSACTIONS), "anomalies": (IN_TRANSACTION,)}
 EVENTS, METRICS = (2_500, 1_500) if LARGE else (800, 500)
 JOBS = ("sessions", "anomalies")
 
 
 def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stack, tmp_path):
     stack = profile_pipeline_stack
-    markers = {job: {point: tmp_path / f"{job}-crashed-{point}" for point in POINTS} for job in JOBS}
+    production = stack.profile.s3_checkpoints
+    points = PRODUCTION_POINTS if production else dict.fromkeys(JOBS, POINTS)
+    markers = {job: {point: tmp_path / f"{job}-crashed-{point}" for point in points[job]} for job in JOBS}
     settings = stack.settings
     bootstrap = settings.bootstrap_servers
-    cycles = CYCLES_PRODUCTION if stack.profile.s3_checkpoints else CYCLES
+    cycles = CYCLES_PRODUCTION if production else CYCLES
     scenario = build_scenario(SEED, events=EVENTS, metrics=METRICS)
     chunks = cycles + len(POINTS) + 1  # a crash point is reached on new input: one chunk per cycle
     feeder = Feeder(bootstrap, settings, scenario, chunks)
