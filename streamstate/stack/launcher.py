@@ -15,6 +15,7 @@ import json
 import ctypes
 import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,10 +33,38 @@ from streamstate.kafka_clients import wait_for_broker
 from streamstate.topics import ensure_topics
 
 
+# Where free_port looks first: below Linux's default ephemeral range (32768-60999).
+_PORTS_BELOW_EPHEMERAL = range(20000, 32000)
+# Not the shared generator: a test that seeds it would make two test sessions pick alike.
+_PORT_CHOICE = random.SystemRandom()
+
+
+def ephemeral_port_range() -> range:
+    """The ports the kernel hands out for outgoing connections and for binding to port 0."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, for a server about to start, outside the ephemeral range:
+    a port from that range (what binding to port 0 gives) can be taken by any connection opened
+    meanwhile, and a broker's JVM takes seconds to bind (one then failed with "Address already
+    in use"). Port 0's answer only where the whole candidate range is ephemeral."""
+    ephemeral = ephemeral_port_range()
+    candidates = [port for port in _PORTS_BELOW_EPHEMERAL if port not in ephemeral]
+    for port in _PORT_CHOICE.sample(candidates, min(len(candidates), 200)):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _die_with_parent() -> None:

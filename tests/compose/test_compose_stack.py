@@ -24,8 +24,6 @@ torn down (``down -v``) explicitly, whatever the outcome.
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import time
 import urllib.request
@@ -34,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from streamstate.settings import REPO_ROOT, Settings
+from streamstate.stack.launcher import free_port
 from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, compose_defaults
 
 PROJECT = "streamstate-compose-test"
@@ -143,28 +142,14 @@ class Stack:
         return urllib.request.urlopen(request, timeout=10).read()
 
 
-def ephemeral_port_range() -> range:
-    low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-    return range(low, high + 1)
-
-
 def host_ports(names: list[str]) -> dict[str, int]:
-    """A free host port for each name, below the kernel's ephemeral range: a port from that range
-    (what binding to port 0 gives) can be taken, between the check and `up`, by any connection
-    the tests beside this one open, and `up` then fails with "port is already allocated"."""
-    ephemeral = ephemeral_port_range()
-    candidates = [port for port in range(20000, 32000) if port not in ephemeral]
+    """A distinct free host port for each name, outside the kernel's ephemeral range (see free_port)."""
     chosen: dict[str, int] = {}
-    for port in random.sample(candidates, len(candidates)):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        chosen[names[len(chosen)]] = port
-        if len(chosen) == len(names):
-            return chosen
-    raise AssertionError(f"no {len(names)} free ports between 20000 and 32000 outside {ephemeral}")
+    while len(chosen) < len(names):
+        port = free_port()
+        if port not in chosen.values():
+            chosen[names[len(chosen)]] = port
+    return chosen
 
 
 def up_failure(compose_stack, error: subprocess.CalledProcessError) -> str:
