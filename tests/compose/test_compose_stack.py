@@ -5,7 +5,7 @@ demo producers, so the scenario is the only traffic; Grafana has no local image)
 .env: the secrets are the ones the `secrets` service generates. Its one change to the stack
 is tests/compose/jvm-options.override.yml: the JVMs run with the JVM options of the rest of
 the suite (``JAVA_TOOL_OPTIONS``, C1 only and the serial collector, as `make test` sets them),
-which took the test from about 10 to 6.5 minutes on 2 cores. Then, in one story:
+which took the test, run alone, from about 10 to 6.7 minutes on 2 cores. Then, in one story:
 
 1. the shared scenario of ``tests/scenario.py`` is produced in parts while a Spark worker
    and then the Kafka container are killed (``docker kill``) and started again;
