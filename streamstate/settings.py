@@ -16,6 +16,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# The jobs' bucket count for a new checkpoint. A bucket visit costs a Spark group call, a state
+# round trip and its hot set's decode and encode whatever its rows, so at alerting rates fewer,
+# fuller visits cut the batch (docs/profile.md, "Fewer buckets for new checkpoints").
+NEW_CHECKPOINT_BUCKETS = 8
+# The count of a checkpoint that records none: written before the count was recorded, when the
+# jobs' default was 64 (StateSpec's own default stays this, since a user's checkpoint records none).
+UNRECORDED_BUCKETS = 64
+
 
 class Settings(BaseSettings):
     # Inputs stay out of error messages: kafka_client_options may hold passwords.
@@ -81,9 +89,10 @@ class Settings(BaseSettings):
         "launch, else one per core Spark runs on); an existing checkpoint keeps its own count, and a set value that "
         "differs from it stops the job at start.",
     )
-    state_buckets: int = Field(
-        64, ge=1, description="Buckets the jobs group their keys into (Spark's per-group cost is paid per bucket); "
-        "fixed per checkpoint once a query has run.",
+    state_buckets: int | None = Field(
+        None, ge=1, description="Buckets the jobs group their keys into in a new checkpoint (Spark's per-group cost is "
+        f"paid per bucket; unset: {NEW_CHECKPOINT_BUCKETS}); an existing checkpoint keeps its own count, and a set "
+        "value that differs from it stops the job at start.",
     )
     state_hot_keys: int = Field(
         200_000, ge=1, description="Recently touched keys per job kept where touching them again costs no state call; "
@@ -256,6 +265,13 @@ class Settings(BaseSettings):
 
     def checkpoint(self, job: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{job}"
+
+    @property
+    def bucket_count(self) -> int:
+        """The jobs' bucket count before a checkpoint is read: ``state_buckets`` where set, else a
+        new checkpoint's. A job's start then runs with its checkpoint's own count and labels
+        (``JobContext.bucket_labels``)."""
+        return self.state_buckets or NEW_CHECKPOINT_BUCKETS
 
 
 @lru_cache(maxsize=1)

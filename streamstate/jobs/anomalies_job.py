@@ -62,7 +62,7 @@ def state_spec(settings: Settings) -> StateSpec:
         .event_time("ts")
         .timeout(settings.series_idle_timeout_ms)
         .snapshots(partial(series_snapshot, rule))
-        .buckets(settings.state_buckets)
+        .buckets(settings.bucket_count)
         .hot_keys(settings.state_hot_keys)
     )
 

@@ -63,8 +63,21 @@ def decode(text: str, where: str, shape_ok: Callable[[dict[str, Any]], bool], fi
 
 
 def engine_shape(body: dict[str, Any]) -> bool:
+    """``{"state_buckets": B}``, and since balanced placement ``"bucket_labels"``: B distinct
+    non-negative ints (without them, a bucket's label is its number)."""
     buckets = body.get("state_buckets")
-    return set(body) == {"state_buckets"} and type(buckets) is int and buckets > 0
+    if not (type(buckets) is int and buckets > 0):
+        return False
+    if set(body) == {"state_buckets"}:
+        return True
+    labels = body.get("bucket_labels")
+    return (
+        set(body) == {"state_buckets", "bucket_labels"}
+        and isinstance(labels, list)
+        and len(labels) == buckets
+        and all(type(label) is int and 0 <= label < 2**31 for label in labels)
+        and len(set(labels)) == buckets
+    )
 
 
 def topic_ids_shape(body: dict[str, Any]) -> bool:

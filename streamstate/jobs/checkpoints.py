@@ -31,6 +31,8 @@ from streamstate.jobs.checkpoint_metadata import (
     topic_ids_shape,
 )
 from streamstate.jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
+from streamstate.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS
+from streamstate.state.placement import balanced_labels
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 log = logging.getLogger("streamstate.jobs")
@@ -43,8 +45,9 @@ class StatePartitionsChanged(CheckpointError):
 TOPIC_IDS_FILE = "streamstate/topic-ids.json"
 ENGINE_FILE = "streamstate/engine.json"
 ENGINE_FIX = (
-    "Restore it from a backup; or, knowing the bucket count the checkpoint started with, delete it and "
-    "start with STREAMSTATE_STATE_BUCKETS set to that count; or start from a new checkpoint (state is lost)"
+    "Restore it from a backup (it holds the bucket count and labels the keys' state was placed by); or, for a "
+    "checkpoint whose engine.json never held bucket_labels and knowing the bucket count it started with, delete it "
+    "and start with STREAMSTATE_STATE_BUCKETS set to that count; or start from a new checkpoint (state is lost)"
 )
 TOPIC_IDS_FIX = (
     "Restore it from a backup; or, if no input topic was deleted and created again since the checkpoint "
@@ -228,23 +231,32 @@ def state_partitions(spark: SparkSession, checkpoint: str, wanted: int | None) -
     return int(stored)
 
 
-def check_state_buckets(spark: SparkSession, checkpoint: str, wanted: int) -> None:
-    """Raise :class:`StatePartitionsChanged` unless ``checkpoint`` is new or keeps its keys in
-    ``wanted`` buckets (a key's bucket is where its state lives); records it for a new one."""
+def bucket_labels(spark: SparkSession, checkpoint: str, wanted: int | None, partitions: int) -> tuple[int, ...]:
+    """The labels of the buckets a job on ``checkpoint`` groups its keys by, one per bucket (a
+    key's bucket label is where its state lives). An existing checkpoint keeps its own: its
+    recorded labels, else ``0..B-1`` for its recorded count B. A new one gets ``wanted`` buckets,
+    else :data:`~streamstate.settings.NEW_CHECKPOINT_BUCKETS`, with labels that spread them evenly
+    over its ``partitions`` state partitions, and records them.
+
+    Raises :class:`StatePartitionsChanged` when ``wanted`` is given and differs from the checkpoint's count."""
     files = CheckpointFiles(spark, checkpoint)
     stored = files.read_checked(ENGINE_FILE)
     if stored is None:
         if files.batches("commits"):
-            return  # a checkpoint from before buckets were recorded: nothing to compare with
-        files.write(ENGINE_FILE, encode({"state_buckets": wanted}))
-        return
-    buckets = decode(stored, files.where(ENGINE_FILE), engine_shape, ENGINE_FIX)["state_buckets"]
-    if buckets != wanted:
+            # From before the count was recorded, when the jobs' default was 64: nothing to compare with.
+            return tuple(range(wanted or UNRECORDED_BUCKETS))
+        labels = balanced_labels(wanted or NEW_CHECKPOINT_BUCKETS, partitions)
+        files.write(ENGINE_FILE, encode({"state_buckets": len(labels), "bucket_labels": list(labels)}))
+        return labels
+    engine = decode(stored, files.where(ENGINE_FILE), engine_shape, ENGINE_FIX)
+    buckets = engine["state_buckets"]
+    if wanted is not None and buckets != wanted:
         raise StatePartitionsChanged(
             f"checkpoint {checkpoint} keeps its keys' state in {buckets} buckets (a key's bucket is where its state "
-            f"lives), but {wanted} were asked for: set STREAMSTATE_STATE_BUCKETS={buckets} or start from a new "
-            "checkpoint (state is lost)"
+            f"lives), but {wanted} were asked for: set STREAMSTATE_STATE_BUCKETS={buckets}, leave it unset, or start "
+            "from a new checkpoint (state is lost)"
         )
+    return tuple(engine.get("bucket_labels", range(buckets)))
 
 
 class TopicIdentity:

@@ -33,6 +33,8 @@ class JobContext:
     spark: SparkSession
     settings: Settings
     job: JobSpec
+    # The checkpoint's bucket labels (see streamstate.jobs.checkpoints.bucket_labels); None: the spec's own.
+    bucket_labels: tuple[int, ...] | None = None
 
     def read_input(self) -> DataFrame:
         """The job's declared input from its beginning: one Kafka topic or Kinesis stream."""
@@ -49,6 +51,8 @@ class JobContext:
         ``columns`` under the event-time watermark, state snapshots as rows of kind ``snapshots``
         (None: not published)."""
         settings = self.settings
+        if self.bucket_labels is not None:
+            spec = spec.buckets(len(self.bucket_labels), self.bucket_labels)
         result = map_validated(
             validate(self.read_input(), contract, settings.max_clock_skew_ms),
             key=key,

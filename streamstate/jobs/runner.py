@@ -36,7 +36,7 @@ from streamstate.errors import CheckpointError
 from streamstate.jobs.checkpoints import (
     CheckpointFiles,
     TopicIdentity,
-    check_state_buckets,
+    bucket_labels,
     discard_unstarted_leftovers,
     finish_interrupted_move,
     query_id,
@@ -103,10 +103,11 @@ def start_query(
     """Start one of ``job``'s streaming queries, its own unless ``query`` names an extra one
     (also used in-process by the tests and benchmarks).
 
-    The query runs with the checkpoint's state partition count (``settings.shuffle_partitions``,
-    else one per core, for a new one). Raises :class:`~streamstate.errors.CheckpointError` when
-    ``checkpoint`` was written with a count other than a set ``settings.shuffle_partitions`` (Spark
-    would silently keep the old one) or another bucket count, or when the metadata kept next to it is damaged.
+    The query runs with the checkpoint's state partition and bucket counts (for a new one,
+    ``settings.shuffle_partitions``, else one per core, and ``settings.state_buckets``, else 8).
+    Raises :class:`~streamstate.errors.CheckpointError` when ``checkpoint`` was written with a
+    count other than a set one (Spark would silently keep the old partition count; another bucket
+    count would lose every key's state), or when the metadata kept next to it is damaged.
     With ``check_inputs`` (and a Kafka source), every batch first checks that the job's input
     topics are still the topics the checkpoint read (:class:`TopicIdentity`). Rows may only be
     of the kinds the job declares.
@@ -118,8 +119,9 @@ def start_query(
     finish_interrupted_move(spark, checkpoint)
     discard_unstarted_leftovers(spark, checkpoint)
     # Read by Spark when the query starts (and kept in its checkpoint from the first batch on).
-    spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions(spark, checkpoint, settings.shuffle_partitions)))
-    check_state_buckets(spark, checkpoint, settings.state_buckets)
+    partitions = state_partitions(spark, checkpoint, settings.shuffle_partitions)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    labels = bucket_labels(spark, checkpoint, settings.state_buckets, partitions)
     identity = None
     input_topics = job.input_topics(settings) if check_inputs and settings.source == "kafka" else []
     if input_topics:
@@ -131,7 +133,7 @@ def start_query(
         def transactional_query() -> str:
             return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
     writer = (
-        query.build(JobContext(spark, settings, job))
+        query.build(JobContext(spark, settings, job, labels))
         .writeStream.queryName(query.name)
         .outputMode(query.output_mode)
         .option("checkpointLocation", checkpoint)

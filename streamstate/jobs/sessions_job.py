@@ -87,7 +87,7 @@ def state_spec(settings: Settings) -> StateSpec:
         StateSpec.batch_function(partial(on_user, rule))
         .event_time("ts")
         .snapshots(partial(user_snapshot, rule))
-        .buckets(settings.state_buckets)
+        .buckets(settings.bucket_count)
         .hot_keys(settings.state_hot_keys)
     )
 

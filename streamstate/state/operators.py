@@ -159,9 +159,9 @@ def _run(
     initial = None
     if spec.initial is not None:
         keyed = _initial_state(df, key, spec)
-        initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec.bucket_count)).groupBy(BUCKET)
+        initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec)).groupBy(BUCKET)
     time_mode = _time_mode(spec)
-    bucketed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec.bucket_count))
+    bucketed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec))
     packed = bucketed.mapInArrow(_own_pack(), PACKED_SCHEMA)
     hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
     rows = packed.groupBy(BUCKET).transformWithStateInPandas(
@@ -196,9 +196,12 @@ def _own_pack() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]
     return pack_for_this_operator
 
 
-def bucket_of(key: Column, buckets: int) -> Column:
-    """The bucket of a key: fixed for the life of a checkpoint (it is where the key's state lives)."""
-    return F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int")
+def bucket_of(key: Column, spec: StateSpec) -> Column:
+    """The label of a key's bucket: fixed for the life of a checkpoint (it is where the key's state lives)."""
+    number = F.pmod(F.xxhash64(key), F.lit(spec.bucket_count)).cast("int")
+    if spec.bucket_labels is None:
+        return number
+    return F.element_at(F.array(*[F.lit(label) for label in spec.bucket_labels]), number + 1)
 
 
 def _time_mode(spec: StateSpec) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Sequence
 
-from streamstate.settings import defaults
+from streamstate.settings import UNRECORDED_BUCKETS, defaults
 
 _UNIT_MS = {
     "ms": 1,
@@ -69,10 +69,16 @@ def duration_ms(duration: Duration) -> int:
 DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
 
 # Keys are grouped into this many buckets; Spark's per-group cost is paid per bucket and batch.
-DEFAULT_BUCKETS = defaults().state_buckets
+# A query's checkpoint does not record the count, so this default can never change.
+DEFAULT_BUCKETS = UNRECORDED_BUCKETS
 # Keys kept in the buckets' hot sets (all buckets together): a key touched again while hot costs
 # no state call; the least recently touched keys beyond it move to the per-key cold map.
 DEFAULT_HOT_KEYS = defaults().state_hot_keys
+
+
+def _is_int32_label(label: object) -> bool:
+    return isinstance(label, int) and not isinstance(label, bool) and 0 <= label < 2**31
+
 
 # (key, value | None, state) -> output | None | list of outputs
 RecordFunction = Callable[[Any, Any, Any], Any]
@@ -98,6 +104,7 @@ class StateSpec:
     snapshot_fn: Callable[[Any, Any], Any] | None = None
     output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES
     bucket_count: int = DEFAULT_BUCKETS
+    bucket_labels: tuple[int, ...] | None = None
     hot_key_capacity: int = DEFAULT_HOT_KEYS
     every_batch: bool = False
     processing_timers: bool = False
@@ -205,12 +212,20 @@ class StateSpec:
             raise ValueError(f"max_output_bytes must be a positive int, got {limit!r}")
         return replace(self, output_limit_bytes=limit)
 
-    def buckets(self, count: int) -> StateSpec:
-        """Group keys into ``count`` buckets (default 64). Fixed for the life of a checkpoint, like
-        the partition count: a bucket is where a key's state lives."""
+    def buckets(self, count: int, labels: Sequence[int] | None = None) -> StateSpec:
+        """Group keys into ``count`` buckets (default 64), each grouped under its INT in ``labels``
+        (default: its number, ``0..count-1``). Spark places a bucket's state by its label, so
+        :func:`streamstate.state.placement.balanced_labels` gives labels that spread the buckets
+        evenly over the state partitions. Both are fixed for the life of a checkpoint, like the
+        partition count: a bucket is where a key's state lives."""
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"buckets must be a positive int, got {count!r}")
-        return replace(self, bucket_count=count)
+        if labels is None:
+            return replace(self, bucket_count=count, bucket_labels=None)
+        labels = tuple(labels)
+        if len(labels) != count or len(set(labels)) != count or not all(_is_int32_label(label) for label in labels):
+            raise ValueError(f"bucket labels must be {count} distinct ints in 0..2**31-1, got {labels!r}")
+        return replace(self, bucket_count=count, bucket_labels=labels)
 
     def hot_keys(self, capacity: int) -> StateSpec:
         """Keep up to ``capacity`` recently touched keys (all buckets together, default 200,000) where

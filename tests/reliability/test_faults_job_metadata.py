@@ -20,12 +20,18 @@ from streamstate.jobs.checkpoint_metadata import (
     engine_shape,
     topic_ids_shape,
 )
-from streamstate.jobs.checkpoints import ENGINE_FILE, ENGINE_FIX, TOPIC_IDS_FILE, TOPIC_IDS_FIX, check_state_buckets
+from streamstate.jobs.checkpoints import ENGINE_FILE, ENGINE_FIX, TOPIC_IDS_FILE, TOPIC_IDS_FIX, bucket_labels
+from streamstate.state.placement import balanced_labels
 from tests.reliability.damage import damages_of
 
 FILES = {
     # name: (the body the job wrote, the body a later write would put there, shape, fix)
-    ENGINE_FILE: ({"state_buckets": 64}, {"state_buckets": 128}, engine_shape, ENGINE_FIX),
+    ENGINE_FILE: (
+        {"state_buckets": 8, "bucket_labels": list(balanced_labels(8, 2))},
+        {"state_buckets": 16, "bucket_labels": list(balanced_labels(16, 2))},
+        engine_shape,
+        ENGINE_FIX,
+    ),
     TOPIC_IDS_FILE: (
         {"metrics": "q3Yh2Z0hRIaXbD7oZ9-Ubg", "user-events": "Xp0mJ5s2Q8e4cY1vT6rN3w"},
         {"metrics": "q3Yh2Z0hRIaXbD7oZ9-Ubg", "user-events": "Xp0mJ5s2Q8e4cY1vT6rN3w", "sessions": "B2kD9f7GTq6v0Lw3yZ5aHc"},
@@ -72,16 +78,17 @@ def test_a_file_from_before_the_digest_is_still_read():
 @pytest.mark.spark
 def test_a_damaged_engine_file_stops_the_start_through_hadoop(spark, tmp_path):
     checkpoint = tmp_path / "cp"
-    check_state_buckets(spark, str(checkpoint), 64)
+    bucket_labels(spark, str(checkpoint), 64, 2)
     engine = checkpoint / ENGINE_FILE
-    assert decode(engine.read_text(), "engine.json", engine_shape, ENGINE_FIX) == {"state_buckets": 64}
-    engine.write_text(engine.read_text().replace("64", "65"))  # Hadoop's .crc disagrees too
+    recorded = {"state_buckets": 64, "bucket_labels": list(balanced_labels(64, 2))}
+    assert decode(engine.read_text(), "engine.json", engine_shape, ENGINE_FIX) == recorded
+    engine.write_text(engine.read_text().replace('"state_buckets": 64', '"state_buckets": 65'))  # Hadoop's .crc disagrees too
     with pytest.raises(CheckpointMetadataDamaged, match="engine.json"):
-        check_state_buckets(spark, str(checkpoint), 64)
+        bucket_labels(spark, str(checkpoint), 64, 2)
     for crc in engine.parent.glob(".*.crc"):  # damage Hadoop's own checksum cannot see: ours must
         crc.unlink()
     with pytest.raises(CheckpointMetadataDamaged, match="does not match its sha256.*Restore it"):
-        check_state_buckets(spark, str(checkpoint), 64)
+        bucket_labels(spark, str(checkpoint), 64, 2)
 
 
 @pytest.mark.spark

@@ -11,14 +11,20 @@ from streamstate.jobs.rules.anomalies import AnomalyRule
 from streamstate.jobs.rules.sessions import SessionRule
 from streamstate.state import StateSpec
 from streamstate.cli_common import setting_error
-from streamstate.settings import Settings, defaults
+from streamstate.jobs import anomalies_job, sessions_job
+from streamstate.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS, Settings, defaults
 
 
 def test_the_rules_defaults_are_the_settings_defaults():
     assert SessionRule() == SessionRule.from_settings(Settings.model_construct())
     assert AnomalyRule() == AnomalyRule.from_settings(Settings.model_construct())
     spec = StateSpec.function(lambda key, value, state: None)
-    assert (spec.bucket_count, spec.hot_key_capacity) == (defaults().state_buckets, defaults().state_hot_keys)
+    # A user's query records no bucket count in its checkpoint, so StateSpec's default never changes.
+    assert (spec.bucket_count, spec.hot_key_capacity) == (UNRECORDED_BUCKETS, defaults().state_hot_keys)
+    for job in (sessions_job, anomalies_job):
+        job_spec = job.state_spec(defaults())
+        assert (job_spec.bucket_count, job_spec.hot_key_capacity) == (NEW_CHECKPOINT_BUCKETS, defaults().state_hot_keys)
+        assert job.state_spec(defaults().model_copy(update={"state_buckets": 64})).bucket_count == 64
 
 
 def test_the_defaults_ignore_the_environment(monkeypatch):

@@ -1,0 +1,55 @@
+"""Which state partition a bucket's state lives in, and bucket labels that spread evenly.
+
+The stateful operator groups rows by their bucket label, so Spark places a bucket in state
+partition ``pmod(murmur3(label, seed 42), partitions)``. For labels ``0..B-1`` that split is
+uneven for small counts (8 buckets over 2 partitions: 3 and 5), and the batch waits for the
+fuller task. A new checkpoint can instead take labels chosen so that every partition holds
+``B // P`` or ``B // P + 1`` buckets. Labels are fixed for the checkpoint's life, like the
+bucket count: a bucket's label is where its state lives.
+"""
+
+from __future__ import annotations
+
+_MASK = 0xFFFFFFFF
+_SEED = 42  # Spark's HashPartitioning seed
+
+
+def _rotl(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _MASK
+
+
+def spark_int_hash(value: int) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt(value, 42)`` as a signed 32-bit int: what ``hash()``
+    gives for an INT column, and what hash partitioning takes the modulus of."""
+    k1 = _rotl((value & _MASK) * 0xCC9E2D51 & _MASK, 15) * 0x1B873593 & _MASK
+    h1 = _rotl(_SEED ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4  # the input's length in bytes
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _MASK
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_of(label: int, partitions: int) -> int:
+    """The state partition Spark puts the group of INT ``label`` in."""
+    return spark_int_hash(label) % partitions  # Python's % is Spark's pmod for a positive divisor
+
+
+def balanced_labels(buckets: int, partitions: int) -> tuple[int, ...]:
+    """``buckets`` labels, the smallest non-negative ints that fill every one of ``partitions``
+    state partitions with ``buckets // partitions`` or one more bucket."""
+    if buckets < 1 or partitions < 1:
+        raise ValueError(f"buckets and partitions must be positive, got {buckets} and {partitions}")
+    room = [buckets // partitions + (1 if p < buckets % partitions else 0) for p in range(partitions)]
+    labels: list[int] = []
+    candidate = 0
+    while len(labels) < buckets:
+        target = partition_of(candidate, partitions)
+        if room[target]:
+            room[target] -= 1
+            labels.append(candidate)
+        candidate += 1
+    return tuple(labels)
