@@ -329,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.report import markdown, update_readme
 
     run.doc["setup"]["bench_wall_s"] = round(time.perf_counter() - bench_started, 1)
+    run.doc["setup"]["bench_partial"] = None if set(DEFAULT_FIGURES) <= set(args.only) else args.only
     run.save()
     table = markdown(run.doc)
     print("\n" + table, flush=True)

@@ -214,6 +214,15 @@ def _validation_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _run_time(setup: dict[str, Any]) -> str:
+    if "bench_wall_s" not in setup:
+        return ""
+    minutes = setup["bench_wall_s"] / 60
+    if setup.get("bench_partial"):
+        return f"The last run, of {', '.join(setup['bench_partial'])} only, took {minutes:.1f} min."
+    return f"The whole `make bench` run took {minutes:.1f} min."
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The results table with the machine and setup it was measured on."""
     m, s = doc["machine"], doc["setup"]
@@ -223,7 +232,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Measured {when} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {m['java']}.",
         f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}"
         + (": other work shared the machine, so every figure is noisy." if m["load_average_at_start"][0] > m["cores"] else "."),
-        f"The whole `make bench` run took {s['bench_wall_s'] / 60:.1f} min." if "bench_wall_s" in s else "",
+        _run_time(s),
         f"Broker: {s['broker']}. Spark: {s['spark_master']}, state partitions: {s['shuffle_partitions']}, "
         f"{s['state_store']} state store, {s['kafka_connector']}, checkpoints on {s['checkpoints']}; "
         f"throughput runs: {s['throughput_trigger']}. "

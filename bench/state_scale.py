@@ -1,7 +1,7 @@
 """State scale of ``map_with_state``: does a batch cost the keys it touches, or the keys in state?
 And, next to it, of ``update_state_by_key`` (``--every-batch``), which calls every key every batch.
 
-    .venv/bin/python bench/state_scale.py [--large 1000000] [--small 10000] [--touched 10000] [--repeats 3] [--out PATH]
+    .venv/bin/python bench/state_scale.py [--large 1000000] [--small 10000] [--touched 10000] [--repeats 3] [--buckets N] [--out PATH]
 
 For each state size (small, then large):
 
@@ -50,10 +50,13 @@ def write_batch(directory: Path, index: int, keys: range) -> None:
     staged.rename(directory / f"batch-{index:04d}.json")  # atomic: the source never sees half a file
 
 
-def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, every_batch: bool = False) -> dict:
+def run(
+    spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, every_batch: bool = False, buckets: int | None = None
+) -> dict:
     from pyspark.sql import functions as F
 
     from streamstate.state import StateSpec, map_with_state, update_state_by_key
+    from streamstate.state.placement import balanced_labels
 
     name = f"{'every-batch-' if every_batch else ''}{keys_in_state}"
     source = workdir / f"in-{name}"
@@ -65,7 +68,10 @@ def run(spark, workdir: Path, keys_in_state: int, touched: int, repeats: int, ev
     if every_batch:
         result = update_state_by_key(df, key="key", func=add, value="n", initial_state=initial)
     else:
-        result = map_with_state(df, key="key", spec=StateSpec.function(count).initial_state(initial), value="n")
+        spec = StateSpec.function(count).initial_state(initial)
+        if buckets is not None:  # placed as the jobs place a new checkpoint's buckets
+            spec = spec.buckets(buckets, balanced_labels(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+        result = map_with_state(df, key="key", spec=spec, value="n")
     query = (
         result.all.writeStream.format("noop")
         .option("checkpointLocation", str(workdir / f"cp-{name}"))
@@ -112,6 +118,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--every-batch", action="store_true", help="update_state_by_key instead of map_with_state")
+    parser.add_argument("--buckets", type=int, help="state buckets, placed as a job's new checkpoint (default: StateSpec's 64)")
     args = parser.parse_args()
     if args.touched > args.small:
         parser.error("--touched must not exceed --small: the batch touches existing keys")
@@ -124,8 +131,8 @@ def main() -> None:
         workdir = Path(tmp)
         spark = build_spark(Settings(checkpoint_root=str(workdir / "checkpoints")), app_name="bench-state-scale", spark__ui__enabled="false")
         try:
-            small = run(spark, workdir, args.small, args.touched, args.repeats, args.every_batch)
-            large = run(spark, workdir, args.large, args.touched, args.repeats, args.every_batch)
+            small = run(spark, workdir, args.small, args.touched, args.repeats, args.every_batch, args.buckets)
+            large = run(spark, workdir, args.large, args.touched, args.repeats, args.every_batch, args.buckets)
         finally:
             spark.stop()
     ratio = large["median_ms"] / small["median_ms"]
