@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamstate.errors import CheckpointError
+from streamstate.state.placement import are_bucket_labels
 
 DIGEST = "sha256"
 
@@ -71,13 +72,7 @@ def engine_shape(body: dict[str, Any]) -> bool:
     if set(body) == {"state_buckets"}:
         return True
     labels = body.get("bucket_labels")
-    return (
-        set(body) == {"state_buckets", "bucket_labels"}
-        and isinstance(labels, list)
-        and len(labels) == buckets
-        and all(type(label) is int and 0 <= label < 2**31 for label in labels)
-        and len(set(labels)) == buckets
-    )
+    return set(body) == {"state_buckets", "bucket_labels"} and isinstance(labels, list) and are_bucket_labels(labels, buckets)
 
 
 def topic_ids_shape(body: dict[str, Any]) -> bool:

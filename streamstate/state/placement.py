@@ -38,6 +38,17 @@ def partition_of(label: int, partitions: int) -> int:
     return spark_int_hash(label) % partitions  # Python's % is Spark's pmod for a positive divisor
 
 
+def are_bucket_labels(labels: object, buckets: int) -> bool:
+    """Whether ``labels`` (a list or tuple) can label ``buckets`` buckets: that many distinct
+    INTs in ``0..2**31-1`` (bool is not an int here)."""
+    return (
+        isinstance(labels, (list, tuple))
+        and len(labels) == buckets
+        and all(type(label) is int and 0 <= label < 2**31 for label in labels)
+        and len(set(labels)) == buckets
+    )
+
+
 def balanced_labels(buckets: int, partitions: int) -> tuple[int, ...]:
     """``buckets`` labels, the smallest non-negative ints that fill every one of ``partitions``
     state partitions with ``buckets // partitions`` or one more bucket."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from streamstate.settings import UNRECORDED_BUCKETS, defaults
+from streamstate.state.placement import are_bucket_labels
 
 _UNIT_MS = {
     "ms": 1,
@@ -74,10 +75,6 @@ DEFAULT_BUCKETS = UNRECORDED_BUCKETS
 # Keys kept in the buckets' hot sets (all buckets together): a key touched again while hot costs
 # no state call; the least recently touched keys beyond it move to the per-key cold map.
 DEFAULT_HOT_KEYS = defaults().state_hot_keys
-
-
-def _is_int32_label(label: object) -> bool:
-    return isinstance(label, int) and not isinstance(label, bool) and 0 <= label < 2**31
 
 
 # (key, value | None, state) -> output | None | list of outputs
@@ -223,7 +220,7 @@ class StateSpec:
         if labels is None:
             return replace(self, bucket_count=count, bucket_labels=None)
         labels = tuple(labels)
-        if len(labels) != count or len(set(labels)) != count or not all(_is_int32_label(label) for label in labels):
+        if not are_bucket_labels(labels, count):
             raise ValueError(f"bucket labels must be {count} distinct ints in 0..2**31-1, got {labels!r}")
         return replace(self, bucket_count=count, bucket_labels=labels)
 
