@@ -222,7 +222,8 @@ class StateSpec:
         labels = tuple(labels)
         if not are_bucket_labels(labels, count):
             raise ValueError(f"bucket labels must be {count} distinct ints in 0..2**31-1, got {labels!r}")
-        return replace(self, bucket_count=count, bucket_labels=labels)
+        # Numbered labels are the default: no per-row lookup for them (a checkpoint from before labels).
+        return replace(self, bucket_count=count, bucket_labels=None if labels == tuple(range(count)) else labels)
 
     def hot_keys(self, capacity: int) -> StateSpec:
         """Keep up to ``capacity`` recently touched keys (all buckets together, default 200,000) where

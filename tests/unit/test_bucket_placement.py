@@ -49,6 +49,7 @@ def test_a_spec_takes_labels_only_one_per_bucket():
     spec = StateSpec.function(lambda key, value, state: None)
     assert spec.buckets(3, [4, 0, 9]).bucket_labels == (4, 0, 9)
     assert spec.buckets(3, [4, 0, 9]).buckets(5).bucket_labels is None
+    assert spec.buckets(3, [0, 1, 2]).bucket_labels is None, "numbered labels are the default placement"
     for labels in ([0, 1], [0, 1, 1], [0, 1, -2], [0, 1, 2.0]):
         with pytest.raises(ValueError, match="bucket labels must be 3 distinct ints"):
             spec.buckets(3, labels)
