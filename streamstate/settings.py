@@ -116,7 +116,11 @@ class Settings(BaseSettings):
         description="Extra jars for Spark (spark.jars, comma-separated paths): the production profile sets the "
         "installed Kafka connector and hadoop-aws jars.",
     )
-    state_store: Literal["rocksdb", "hdfs"] = Field("rocksdb", description="State store provider.")
+    state_store: Literal["rocksdb"] = Field(
+        "rocksdb",
+        description="State store provider. Only RocksDB: every stateful query runs on Spark's transformWithState, "
+        "which refuses the HDFS-backed store.",
+    )
     job_max_restarts: int = Field(
         5,
         ge=0,
@@ -250,6 +254,16 @@ class Settings(BaseSettings):
         from streamstate.kafka_clients import parse_options
 
         return parse_options(value)
+
+    @field_validator("state_store", mode="before")
+    @classmethod
+    def _transform_with_state_store(cls, value: object) -> object:
+        if value != "rocksdb":
+            raise ValueError(
+                f"{value!r} is not a state store the queries can run on: every stateful query runs on Spark's "
+                "transformWithState, which takes only RocksDB. Set STREAMSTATE_STATE_STORE=rocksdb or leave it unset"
+            )
+        return value
 
     @model_validator(mode="after")
     def _ttl_outlives_dedupe(self) -> "Settings":

@@ -25,7 +25,6 @@ from streamstate.settings import Settings
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 LAUNCHER = "streamstate-spark-python"
 
 
@@ -105,10 +104,7 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         # On a cluster the executors connect back to the driver: listen on every interface
         # unless the advertised host is loopback (the embedded stack and tests).
         .config("spark.driver.bindAddress", "127.0.0.1" if _is_loopback(settings.spark_driver_host) else "0.0.0.0")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            ROCKSDB_PROVIDER if settings.state_store == "rocksdb" else HDFS_PROVIDER,
-        )
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")

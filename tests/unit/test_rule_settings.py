@@ -62,3 +62,13 @@ def test_a_state_ttl_below_the_dedupe_retention_is_refused_at_start(monkeypatch)
     assert message.startswith("invalid setting: ") and "STREAMSTATE_SESSION_STATE_TTL_MS" in message, message
     monkeypatch.setenv("STREAMSTATE_DEDUPE_RETENTION_MS", "1000")
     assert Settings().session_state_ttl_ms == 1000
+
+
+def test_a_state_store_that_transform_with_state_refuses_is_refused_at_start(monkeypatch):
+    """Spark's transformWithState runs every stateful query here and refuses the HDFS-backed
+    store in the first batch; the setting says so before anything starts."""
+    monkeypatch.setenv("STREAMSTATE_STATE_STORE", "hdfs")
+    with pytest.raises(ValueError) as refused:
+        Settings()
+    message = setting_error(refused.value)
+    assert "state_store" in message and "transformWithState" in message and "RocksDB" in message, message
