@@ -10,7 +10,9 @@ topics per run. Figures:
 1. ceiling: raw confluent-kafka ``assign()`` consume of the user-events topic;
 2. sessions throughput: the sessions job vs Spark's native ``session_window`` vs Quix Streams;
 3. anomalies throughput: the anomalies job vs Quix Streams;
-4. latency: produce-to-alert p50/p99 at a steady 5,000 points/s;
+4. latency: produce-to-alert p50/p99 at a steady 5,000 points/s, per batch phase, and its
+   floors under the same input: the job with a rule that keeps no state, and Spark's own
+   minimum Python stateful query (``bench.latency_floor``);
 5. state scale: batch time with many vs few keys in state, same batch (``bench.state_scale``);
 6. API, for 1,000,000 and 10,000,000 users: RSS, cold rebuild, restart to ready with the
    store present, p50/p99 at 1,000 and 2,500 requests/s from a second process (``bench.api_latency``);
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.doc["setup"]["warm_up_s"] = warm_up(spark, settings, workdir)
             run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))
             run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))
-            run.figure("latency", lambda: latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds))
+            run.figure("latency", lambda: latency.measure_with_floors(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds))
             run.figure("state", lambda: state_scale(spark, workdir, args.state_small, args.state_large, args.runs))
             run.figure("production", lambda: production.measure(spark, settings, workdir, args, SEED, WARM_UP_EVENTS))
             run.figure("transactions", lambda: transactions_cost.measure(

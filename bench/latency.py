@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -33,6 +33,9 @@ from streamstate.jobs.runner import start_query
 from streamstate.kafka_clients import reader_config, watermarks
 from streamstate.settings import Settings
 from streamstate.topics import create_topics
+
+# (spark, the run's settings, checkpoint) -> the running query whose alerts are timed
+StartQuery = Callable[[Any, Settings, str], Any]
 
 SERIES = 500  # 10 points/s per series at 5,000/s: a series is past its learning period within seconds
 ANOMALY_RATE = 0.002
@@ -122,18 +125,24 @@ def wait_caught_up(query, ends: dict[tuple[str, int], int], limit_s: float) -> b
     return False
 
 
+def start_anomalies_job(spark, settings: Settings, checkpoint: str):
+    return start_query(spark, settings, anomalies_job.JOB, checkpoint)
+
+
 def measure(
     spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_000, seconds: float = 15.0,
-    trigger: str = "250 milliseconds", checkpoint: str | None = None,
+    trigger: str = "250 milliseconds", checkpoint: str | None = None, start: StartQuery | None = None,
 ) -> dict[str, Any]:
     """p50/p99 produce-to-alert latency at ``rate`` points/s, per period and their medians
-    (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location)."""
+    (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location), of the anomalies
+    job unless ``start`` starts another query on the run's topics (:mod:`bench.latency_floor`)."""
     input_topic = f"bench-latency-metrics-{int(time.time())}"
     create_topics(settings.bootstrap_servers, [wall_clock_input_topic(settings, input_topic, 4)])
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()
-    query = start_query(spark, run_settings, anomalies_job.JOB, checkpoint or str(workdir / "latency"))
+    start = start or start_anomalies_job
+    query = start(spark, run_settings, checkpoint or str(workdir / "latency"))
     periods = []
     try:
         print(f"  latency warm-up: {seconds:.0f}s at {rate:,}/s, then caught up (discarded)", flush=True)
@@ -186,4 +195,25 @@ def measure(
         "runs": periods,
         "recent_batch_ms": batch_ms,
         "recent_batches": batch_phases,
+        "batch_phase_medians_ms": phase_medians(batch_phases),
     }
+
+
+def phase_medians(batches: list[dict[str, int]]) -> dict[str, float]:
+    """Each phase's median over ``batches`` (progress ``durationMs`` and the state operator's timings)."""
+    names = sorted({name for batch in batches for name in batch if name != "rows"})
+    return {name: statistics.median(b[name] for b in batches if name in b) for name in names}
+
+
+def measure_with_floors(spark, settings: Settings, workdir: Path, runs: int, rate: int, seconds: float) -> dict[str, Any]:
+    """:func:`measure` of the anomalies job, then of its floors (:mod:`bench.latency_floor`) under
+    the same input, one after the other in this run."""
+    from bench.latency_floor import FLOORS
+
+    result = measure(spark, settings, workdir, runs, rate, seconds)
+    result["floors"] = {}
+    for name, start in FLOORS.items():
+        print(f"  latency floor '{name}':", flush=True)
+        result["floors"][name] = measure(spark, settings, workdir, runs, rate, seconds,
+                                         checkpoint=str(workdir / f"latency-floor-{name}"), start=start)
+    return result

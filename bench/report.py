@@ -51,6 +51,31 @@ def _ratio(label: str, ratio: float, goal: float | None) -> tuple[str, str, str,
 PRODUCTION_SETUP = "Apache Kafka (KRaft), Spark's built-in connector, s3a:// checkpoints in MinIO"
 
 
+FLOOR_LABELS = {
+    "machinery": ("Latency floor: the job with a rule that keeps no state",
+                  "validation, packing, buckets and routing as in the job; no state read or written, no snapshots"),
+    "spark": ("Latency floor: Spark's own Python stateful query",
+              "Kafka source, transformWithStateInPandas with a processor that registers no state, Spark's Kafka sink"),
+}
+
+
+def _median_batch(latency: dict[str, Any]) -> str:
+    phases = latency.get("batch_phase_medians_ms", {})
+    return f", batch {phases['triggerExecution']:,.0f} ms" if "triggerExecution" in phases else ""
+
+
+def _latency_floor_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The latency's floors measured after it in the same run (``bench.latency_floor``), each
+    as p50 / p99 and its median batch."""
+    rows = []
+    if "batch_phase_medians_ms" in f:
+        rows.append(("Event-to-alert latency: the job's median batch", _median_batch(f).removeprefix(", batch "), "", ""))
+    for name, floor in f.get("floors", {}).items():
+        label, setup = FLOOR_LABELS[name]
+        rows.append((f"{label}, p50 / p99", f"{floor['median_p50_ms']:,.0f} / {floor['median_p99_ms']:,.0f} ms{_median_batch(floor)}", "", setup))
+    return rows
+
+
 def _production_rows(figures: dict[str, Any], kind: str) -> list[tuple[str, str, str, str]]:
     """The production path's row(s) for ``kind`` (sessions, anomalies, latency), next to the embedded ones
     (the same broker and connector; checkpoints on the local disk rather than s3a:// in MinIO)."""
@@ -108,6 +133,7 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         setup = f"{f['rate_per_s']:,} points/s {load}, trigger {f['trigger']}"
         rows.append(("Event-to-alert latency p50", f"{f['median_p50_ms']:,.0f} ms", "", setup))
         rows.append(("Event-to-alert latency p99", f"{f['median_p99_ms']:,.0f} ms", _goal(f["median_p99_ms"] < 2000, "< 2 s"), ""))
+        rows += _latency_floor_rows(f)
     rows += _production_rows(figures, "latency")
     if "transactions" in figures and "error" not in figures["transactions"]:
         rows += _transaction_rows(figures["transactions"])

@@ -1,0 +1,39 @@
+"""The latency floors forward exactly the sampled points, as alerts the latency clock reads."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from bench.latency import phase_medians
+from bench.latency_floor import SAMPLE_EVERY, ForwardSampled, forward_sampled
+from streamstate.kinds import Kind
+from streamstate.state import State
+
+
+def _points(offsets: list[int]) -> list[dict]:
+    return [{"series_id": "s-1", "ts": 1_000 + o, "partition": 3, "offset": o} for o in offsets]
+
+
+def test_the_machinery_rule_forwards_the_sampled_points_and_keeps_no_state():
+    state = State("s-1")
+    rows = list(forward_sampled("s-1", _points([0, 1, SAMPLE_EVERY - 1, SAMPLE_EVERY, 3 * SAMPLE_EVERY]), state))
+    assert [row.kind for row in rows] == [Kind.ALERT] * 3
+    assert [json.loads(row.payload) for row in rows] == [
+        {"kind": "anomaly", "series_id": "s-1", "ts": 1_000 + o} for o in (0, SAMPLE_EVERY, 3 * SAMPLE_EVERY)
+    ]
+    assert len({row.key for row in rows}) == 3
+    assert not state.exists()
+
+
+def test_the_spark_processor_forwards_the_same_points():
+    frame = pd.DataFrame(_points([5, SAMPLE_EVERY, 7, 2 * SAMPLE_EVERY]))
+    out = pd.concat(list(ForwardSampled().handleInputRows((0,), iter([frame, frame.iloc[:1]]), None)))
+    assert list(out["key"]) == ["s-1", "s-1"]
+    assert [json.loads(v)["ts"] for v in out["value"]] == [1_000 + SAMPLE_EVERY, 1_000 + 2 * SAMPLE_EVERY]
+
+
+def test_phase_medians_skip_the_row_count_and_missing_phases():
+    batches = [{"rows": 9, "addBatch": 10, "commitTimeMs": 4}, {"rows": 1, "addBatch": 30}, {"rows": 5, "addBatch": 20, "commitTimeMs": 6}]
+    assert phase_medians(batches) == {"addBatch": 20, "commitTimeMs": 5}
