@@ -2,8 +2,8 @@
 with less in the query, measured beside the anomalies job in the same run.
 
 - ``spark``: Spark's own minimum for a Python stateful query on this input. The Kafka
-  source, ``transformWithStateInPandas`` grouped by one of the job's bucket counts of series,
-  a processor that registers no state and forwards the sampled points as alerts, and
+  source, ``transformWithStateInPandas`` grouped by 8 buckets of series (as many as a new
+  checkpoint of the job has) on one state partition per core (as the job's), a processor that registers no state and forwards the sampled points as alerts, and
   Spark's Kafka sink. No validation, no packing, no routing.
 - ``machinery``: the anomalies job as it runs (validation, dead letters, packing, buckets
   with their hot sets and timers, the router and its metrics), with a rule that keeps no
