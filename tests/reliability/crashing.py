@@ -39,9 +39,11 @@ def _wait(condition, proc: ManagedProcess, timeout_s: float, what: str, crashed=
     """Poll ``condition``; a dead or stuck job fails the test, unless it ``crashed()`` as planned."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        if not proc.alive() and crashed():
-            return
+        # One look at the process: it may die between two, after a check of the marker that
+        # its crash point writes before the kill.
         if not proc.alive():
+            if crashed():
+                return
             raise AssertionError(f"{proc.name} exited with {proc.popen.returncode} while {what}:\n{proc.tail(40)}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{proc.name} made no progress in {timeout_s:.0f}s while {what}:\n{proc.tail(40)}")
