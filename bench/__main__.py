@@ -163,9 +163,14 @@ class Run:
         }
         self.failed: list[str] = []
 
+    @property
+    def partial(self) -> bool:
+        """Whether ``--only`` left out some of the figures a whole ``make bench`` measures."""
+        return not set(DEFAULT_FIGURES) <= set(self.args.only)
+
     def _kept_figures(self) -> dict[str, Any]:
         """A partial run (``--only``) updates its figures in the last results and keeps the others."""
-        if set(DEFAULT_FIGURES) <= set(self.args.only) or not self.args.out.exists():
+        if not self.partial or not self.args.out.exists():
             return {}
         return json.loads(self.args.out.read_text()).get("figures", {})
 
@@ -331,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.report import markdown, update_readme
 
     run.doc["setup"]["bench_wall_s"] = round(time.perf_counter() - bench_started, 1)
-    run.doc["setup"]["bench_partial"] = None if set(DEFAULT_FIGURES) <= set(args.only) else args.only
+    run.doc["setup"]["bench_partial"] = args.only if run.partial else None
     run.save()
     table = markdown(run.doc)
     print("\n" + table, flush=True)

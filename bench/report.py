@@ -59,20 +59,24 @@ FLOOR_LABELS = {
 }
 
 
-def _median_batch(latency: dict[str, Any]) -> str:
+def _median_batch(latency: dict[str, Any]) -> str | None:
+    """The median batch (``triggerExecution``) of a latency measurement, None before phases were kept."""
     phases = latency.get("batch_phase_medians_ms", {})
-    return f", batch {phases['triggerExecution']:,.0f} ms" if "triggerExecution" in phases else ""
+    return f"{phases['triggerExecution']:,.0f} ms" if "triggerExecution" in phases else None
 
 
 def _latency_floor_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """The latency's floors measured after it in the same run (``bench.latency_floor``), each
     as p50 / p99 and its median batch."""
     rows = []
-    if "batch_phase_medians_ms" in f:
-        rows.append(("Event-to-alert latency: the job's median batch", _median_batch(f).removeprefix(", batch "), "", ""))
+    batch = _median_batch(f)
+    if batch is not None:
+        rows.append(("Event-to-alert latency: the job's median batch", batch, "", ""))
     for name, floor in f.get("floors", {}).items():
         label, setup = FLOOR_LABELS[name]
-        rows.append((f"{label}, p50 / p99", f"{floor['median_p50_ms']:,.0f} / {floor['median_p99_ms']:,.0f} ms{_median_batch(floor)}", "", setup))
+        batch = _median_batch(floor)
+        result = f"{floor['median_p50_ms']:,.0f} / {floor['median_p99_ms']:,.0f} ms" + ("" if batch is None else f", batch {batch}")
+        rows.append((f"{label}, p50 / p99", result, "", setup))
     return rows
 
 
