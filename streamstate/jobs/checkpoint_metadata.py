@@ -72,7 +72,7 @@ def engine_shape(body: dict[str, Any]) -> bool:
     if set(body) == {"state_buckets"}:
         return True
     labels = body.get("bucket_labels")
-    return set(body) == {"state_buckets", "bucket_labels"} and isinstance(labels, list) and are_bucket_labels(labels, buckets)
+    return set(body) == {"state_buckets", "bucket_labels"} and are_bucket_labels(labels, buckets)
 
 
 def topic_ids_shape(body: dict[str, Any]) -> bool:
