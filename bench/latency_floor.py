@@ -3,8 +3,9 @@ with less in the query, measured beside the anomalies job in the same run.
 
 - ``spark``: Spark's own minimum for a Python stateful query on this input. The Kafka
   source, ``transformWithStateInPandas`` grouped by 8 buckets of series (as many as a new
-  checkpoint of the job has) on one state partition per core (as the job's), a processor that registers no state and forwards the sampled points as alerts, and
-  Spark's Kafka sink. No validation, no packing, no routing.
+  checkpoint of the job has) over as many state partitions as the job picks, a processor
+  that registers no state and forwards the sampled points as alerts, and Spark's Kafka
+  sink. No validation, no packing, no routing.
 - ``machinery``: the anomalies job as it runs (validation, dead letters, packing, buckets
   with their hot sets and timers, the router and its metrics), with a rule that keeps no
   state and forwards the same sampled points.
@@ -28,6 +29,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, St
 
 from streamstate.contracts import Metric
 from streamstate.jobs import anomalies_job
+from streamstate.jobs.checkpoints import state_partitions
 from streamstate.jobs.context import JobContext
 from streamstate.jobs.runner import start_query
 from streamstate.kafka_clients import spark_kafka_options
@@ -69,7 +71,7 @@ class ForwardSampled(StatefulProcessor):
 
 def start_spark_floor(spark: SparkSession, settings: Settings, checkpoint: str) -> StreamingQuery:
     """The ``spark`` floor on ``settings.topic_metrics``, its alerts to ``settings.topic_alerts``."""
-    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions(spark, checkpoint, settings.shuffle_partitions)))
     points = (
         spark.readStream.format("kafka")
         .options(**spark_kafka_options(settings), subscribe=settings.topic_metrics, startingOffsets="earliest")
