@@ -23,13 +23,15 @@ def read_json_topic(
     schema: str,
     event_time_ms: str | None = None,
     watermark_delay: str = "0 seconds",
+    records_per_batch: int | None = None,
 ) -> DataFrame:
     """The topic's JSON values parsed with ``schema`` (DDL), plus topic/partition/offset.
 
     With ``event_time_ms`` (an epoch-ms field) it adds an ``event_time`` timestamp column
-    carrying a watermark ``watermark_delay`` behind the newest event.
+    carrying a watermark ``watermark_delay`` behind the newest event. ``records_per_batch``
+    caps each micro-batch (Kafka's ``maxOffsetsPerTrigger``).
     """
-    raw = read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest")
+    raw = read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=records_per_batch)
     parsed = raw.select(
         F.from_json(F.col("value").cast("string"), schema).alias("record"), "topic", "partition", "offset"
     ).select("record.*", "topic", "partition", "offset")

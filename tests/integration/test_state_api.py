@@ -66,9 +66,10 @@ def test_event_time_timeouts_remove_keys_and_late_records_are_dead_lettered(spar
 
 def test_processing_time_timeout(spark, settings, bootstrap, new_topic, tmp_path):
     topic = new_topic()
-    # a's second record must be processed within the timeout of its first: a batch can take
-    # over 4 s on a loaded 2-core machine, so the timeout leaves room for that.
-    timeout_ms = 10_000
+    # a's second record must be processed before a's first times out. Produced up front and
+    # split by the batch cap, only batch 1's run lies between them; a batch can take over 4 s
+    # on a loaded 2-core machine, so the timeout leaves room for that.
+    timeout_ms = 15_000
 
     def idle(key, value, state):
         if value is None:
@@ -79,12 +80,11 @@ def test_processing_time_timeout(spark, settings, bootstrap, new_topic, tmp_path
         return ("seen", n)
 
     spec = StateSpec.function(idle).timeout(timeout_ms)
-    df = read_json_topic(spark, settings, topic, SCHEMA)
+    records = [{"key": "a", "n": "1", "ts": 0}, {"key": "b", "n": "1", "ts": 0}, {"key": "a", "n": "1", "ts": 0}]
+    produce_json(bootstrap, topic, records)
+    df = read_json_topic(spark, settings, topic, SCHEMA, records_per_batch=2)
     collector = RowCollector(map_with_state(df, key="key", spec=spec, value="n"), str(tmp_path / "cp"))
     try:
-        produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}, {"key": "b", "n": "1", "ts": 0}])
-        collector.wait_for(lambda rows: len(kinds(rows, "output")) >= 2)
-        produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}])
         collector.wait_for(lambda rows: sum('"timeout"' in r[2] for r in kinds(rows, "output")) >= 2)
     finally:
         rows = collector.finish()
@@ -95,6 +95,8 @@ def test_processing_time_timeout(spark, settings, bootstrap, new_topic, tmp_path
     }
     last_snapshots = {r[1]: r[2] for r in kinds(rows, "snapshot")}
     assert last_snapshots == {"a": None, "b": None}  # both removed by their timeout
+    seen_a = [i for i, batch in enumerate(collector.batches) for r in batch if r[:2] == ("output", "a") and '"seen"' in r[2]]
+    assert len(set(seen_a)) == 2  # a's second record reset its timer from a later batch
 
 
 def test_batch_function_error_typed_output_and_initial_state_frame(spark, settings, bootstrap, new_topic, tmp_path):
