@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from streamstate.jobs.declaration import JobDeclarationError, JobSpec
 from streamstate.jobs.inputs import read_input
 from streamstate.jobs.routing import state_rows
-from streamstate.jobs.validation import map_validated, validate
+from streamstate.jobs.validation import map_validated
 from streamstate.kinds import Kind
 from streamstate.settings import Settings
 
@@ -54,7 +54,9 @@ class JobContext:
         if self.bucket_labels is not None:
             spec = spec.buckets(len(self.bucket_labels), self.bucket_labels)
         result = map_validated(
-            validate(self.read_input(), contract, settings.max_clock_skew_ms),
+            self.read_input(),
+            contract,
+            settings.max_clock_skew_ms,
             key=key,
             columns=columns,
             spec=spec,

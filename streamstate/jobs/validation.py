@@ -15,7 +15,7 @@ event time, so they never reach the watermark.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence, cast
 
 import numpy as np
@@ -38,7 +38,11 @@ from streamstate.contracts_fast import FastContract, fast_contract, python_bytes
 from streamstate.kinds import Kind
 from streamstate.jobs.rules.dead_letters import coordinates_key
 from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
-from streamstate.state import Emit, StateResult, StateSpec, map_with_state
+from streamstate.state import Emit, StateResult, StateSpec
+from streamstate.state.keyrun import INPUT_COLUMNS, TIME
+from streamstate.state.operators import map_packed
+from streamstate.state.packing import BLOB, BUCKET, LATEST, PACKED_WITH_LATEST_SCHEMA, pack
+from streamstate.state.placement import key_buckets
 
 SOURCE_COLUMNS = [
     T.StructField("topic", T.StringType()),
@@ -138,10 +142,12 @@ def _too_far_ahead(ts: pa.Array, kafka_ts: pa.Array, max_clock_skew_ms: int) -> 
 def validate(raw: DataFrame, model: type[UserEvent] | type[Metric], max_clock_skew_ms: int) -> DataFrame:
     """Kafka-schema rows -> contract columns + source coordinates + error (null when valid)."""
     schema = validated_schema(model)
+    return _raw_columns(raw).mapInArrow(_validator(model, schema, max_clock_skew_ms), schema)
+
+
+def _raw_columns(raw: DataFrame) -> DataFrame:
     kinesis = ["sequenceNumber"] if "sequenceNumber" in raw.columns else []
-    return raw.select("key", "value", "topic", "partition", "offset", "timestamp", *kinesis).mapInArrow(
-        _validator(model, schema, max_clock_skew_ms), schema
-    )
+    return raw.select("key", "value", "topic", "partition", "offset", "timestamp", *kinesis)
 
 
 # Invalid records ride through a job's one stateful operator under this key. It is longer than
@@ -150,13 +156,6 @@ def validate(raw: DataFrame, model: type[UserEvent] | type[Metric], max_clock_sk
 INVALID_RECORDS_KEY = "invalid-records:" + "#" * ID_MAX_CHARS
 # What an invalid record's dead letter is built from, besides the source coordinates.
 DEAD_LETTER_COLUMNS = ("kafka_ts", "error", "error_stage", "raw_key", "raw_value", "sequence_number")
-
-
-def keyed_with_invalid(validated: DataFrame, key: str) -> DataFrame:
-    """Every validated row, the invalid ones keyed by :data:`INVALID_RECORDS_KEY` instead of ``key``."""
-    return validated.withColumn(
-        key, F.when(F.col("error").isNull(), F.col(key)).otherwise(F.lit(INVALID_RECORDS_KEY))
-    )
 
 
 def contract_dead_letter(row: dict[str, Any]) -> Emit:
@@ -180,22 +179,82 @@ def dead_letter_row(letter: DeadLetter) -> Emit:
     return Emit(Kind.DEAD_LETTER, coordinates_key(letter), letter.model_dump_json())
 
 
-def map_validated(validated: DataFrame, key: str, columns: Sequence[str], spec: StateSpec, watermark_delay_ms: int) -> StateResult:
-    """``map_with_state`` over every row of :func:`validate`, in one pass of the source.
+def map_validated(
+    raw: DataFrame,
+    model: type[UserEvent] | type[Metric],
+    max_clock_skew_ms: int,
+    key: str,
+    columns: Sequence[str],
+    spec: StateSpec,
+    watermark_delay_ms: int,
+) -> StateResult:
+    """``spec`` run per ``key`` over the raw records validated against ``model``, with one
+    Python pass over the source.
 
-    Valid rows reach ``spec``'s batch function by ``key`` with ``columns``, under an event-time
-    watermark on ``ts``; invalid rows come out of the same operator as contract dead letters.
+    That pass validates each Arrow batch (:func:`validate_batch`), lays the rows out for the
+    stateful operator (``columns`` and :data:`DEAD_LETTER_COLUMNS` as the value, invalid rows
+    under :data:`INVALID_RECORDS_KEY`), computes each key's bucket exactly as Spark's
+    ``bucket_of`` does and packs every bucket's rows into one blob. A separate validation step
+    in front of :func:`~streamstate.state.map_with_state` cost a second Arrow round trip and
+    Python pass per batch. The event-time watermark on ``ts`` (``spec``'s event-time column)
+    is defined on each blob's latest event time, which gives the same watermark as on the rows.
+    Valid rows reach ``spec``'s batch function; invalid ones come out of the same operator as
+    contract dead letters.
     """
     if spec.per_record:
         raise ValueError("map_validated needs a StateSpec.batch_function")
-    rows = (
-        keyed_with_invalid(validated, key)
-        .withColumn("event_time", F.timestamp_millis("ts"))
-        .withWatermark("event_time", f"{watermark_delay_ms} milliseconds")
+    if spec.event_time_column is None or spec.event_time_column not in columns:
+        raise ValueError(f"map_validated needs the spec's event-time column among {list(columns)}, got {spec.event_time_column!r}")
+    layout = RowLayout(key, (*columns, *DEAD_LETTER_COLUMNS), spec.event_time_column, spec.bucket_count, spec.bucket_labels)
+    packer = _validating_packer(model, validated_schema(model), max_clock_skew_ms, layout)
+    packed = (
+        _raw_columns(raw)
+        .mapInArrow(packer, PACKED_WITH_LATEST_SCHEMA)
+        .withColumn(LATEST, F.timestamp_millis(LATEST))
+        .withWatermark(LATEST, f"{watermark_delay_ms} milliseconds")
+        .select(BUCKET, BLOB)
     )
-    return map_with_state(
-        rows.select(*columns, *DEAD_LETTER_COLUMNS), key=key, spec=replace(spec, func=with_dead_letters(spec.func))
-    )
+    return map_packed(packed, replace(spec, func=with_dead_letters(spec.func)), key_type=T.StringType(), ordered_by_offset=True)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How validated rows become the stateful operator's rows (``INPUT_COLUMNS``) and buckets."""
+
+    key: str
+    value_columns: tuple[str, ...]
+    event_time: str
+    bucket_count: int
+    bucket_labels: tuple[int, ...] | None
+
+    def lay_out(self, validated: pa.RecordBatch) -> pa.RecordBatch:
+        """A :func:`validate_batch` batch as ``INPUT_COLUMNS`` plus each row's ``BUCKET``: what
+        Spark's layout and ``bucket_of`` give for the same rows."""
+        keys = pc.if_else(pc.is_null(validated.column("error")), validated.column(self.key), INVALID_RECORDS_KEY)
+        value = pa.StructArray.from_arrays(
+            [keys if name == self.key else validated.column(name) for name in self.value_columns], names=list(self.value_columns)
+        )
+        columns = [
+            keys,
+            value,
+            validated.column(self.event_time).cast(pa.int64()),
+            validated.column("topic").cast(pa.string()),
+            validated.column("partition").cast(pa.int32()),
+            validated.column("offset").cast(pa.int64()),
+            key_buckets(keys, self.bucket_count, self.bucket_labels),
+        ]
+        return pa.RecordBatch.from_arrays(columns, names=[*INPUT_COLUMNS, BUCKET])
+
+
+def _validating_packer(model: type[UserEvent] | type[Metric], schema: T.StructType, max_clock_skew_ms: int, layout: RowLayout):
+    arrow_schema = to_arrow_schema(schema)
+
+    def validate_and_pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        contract = fast_contract(model)  # built in the Python worker, as in _validator
+        laid_out = (layout.lay_out(validate_batch(batch, contract, arrow_schema, max_clock_skew_ms)) for batch in batches)
+        return pack(laid_out, latest_of=INPUT_COLUMNS[TIME])
+
+    return validate_and_pack
 
 
 def with_dead_letters(func: Callable[[Any, list, Any], Any]) -> Callable[[Any, list, Any], Any]:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pydantic import BaseModel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -155,28 +155,49 @@ def _run(
     layout = _input_layout(df, key, spec, value)
     if spec.partitions is not None:
         _checked_partitions(df, spec.partitions)  # the bucket shuffle uses that many partitions
-    plan = Plan.of(spec, ordered_by_offset="offset" in df.columns)
-    initial = None
-    if spec.initial is not None:
-        keyed = _initial_state(df, key, spec)
-        initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec)).groupBy(BUCKET)
-    time_mode = _time_mode(spec)
     bucketed = layout.withColumn(BUCKET, bucket_of(layout[INPUT_COLUMNS[0]], spec))
     packed = bucketed.mapInArrow(_own_pack(), PACKED_SCHEMA)
+    return map_packed(
+        packed,
+        spec,
+        key_type=df.schema[key].dataType,
+        ordered_by_offset="offset" in df.columns,
+        output_schema=output_schema,
+        output_column=output_column,
+        source_columns=all(c in df.columns for c in SOURCE_COLUMNS),
+    )
+
+
+def map_packed(
+    packed: DataFrame,
+    spec: StateSpec,
+    key_type: DataType,
+    ordered_by_offset: bool,
+    output_schema: OutputSchema = None,
+    output_column: str = "output",
+    source_columns: bool = True,
+) -> StateResult:
+    """The stateful operator over rows already packed by bucket: ``BUCKET`` and ``BLOB`` columns,
+    each blob the ``INPUT_COLUMNS`` rows of keys (of ``key_type``) in that bucket, as
+    :func:`~streamstate.state.packing.pack` writes them and as :func:`bucket_of` places them.
+
+    :func:`map_with_state` lays its input out and packs it; a step that computes its rows
+    itself (the jobs' validation) packs them in the same Python pass and starts here.
+    """
+    initial = None
+    if spec.initial is not None:
+        keyed = _initial_state(packed.sparkSession, key_type, spec)
+        initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec)).groupBy(BUCKET)
+    time_mode = _time_mode(spec)
     hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
     rows = packed.groupBy(BUCKET).transformWithStateInPandas(
-        statefulProcessor=BucketProcessor(plan, time_mode, hot_capacity, TICK_MS),
+        statefulProcessor=BucketProcessor(Plan.of(spec, ordered_by_offset), time_mode, hot_capacity, TICK_MS),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode=time_mode,
         initialState=initial,
     )
-    return StateResult(
-        all=rows,
-        output_schema=output_schema,
-        output_column=output_column,
-        source_columns=all(c in df.columns for c in SOURCE_COLUMNS),
-    )
+    return StateResult(all=rows, output_schema=output_schema, output_column=output_column, source_columns=source_columns)
 
 
 def _own_pack() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -254,8 +275,7 @@ def _checked_partitions(df: DataFrame, partitions: int) -> int:
     return partitions
 
 
-def _initial_state(df: DataFrame, key: str, spec: StateSpec) -> DataFrame:
-    key_type: DataType = df.schema[key].dataType
+def _initial_state(spark: SparkSession, key_type: DataType, spec: StateSpec) -> DataFrame:
     codec = StateCodec(spec.state_cls)
     if isinstance(spec.initial, DataFrame):
         initial = spec.initial
@@ -270,4 +290,4 @@ def _initial_state(df: DataFrame, key: str, spec: StateSpec) -> DataFrame:
         return initial.select(initial[key_name].cast(key_type).alias("key"), state.alias("state"))
     pairs = [(k, codec.to_json(s)) for k, s in spec.initial]
     schema = StructType([StructField("key", key_type), StructField("state", StringType())])
-    return df.sparkSession.createDataFrame(pairs, schema)
+    return spark.createDataFrame(pairs, schema)

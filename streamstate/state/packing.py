@@ -6,7 +6,9 @@ group: about 5 µs a row). A stateless ``mapInArrow`` step in front of it instea
 Arrow batch by bucket and writes each bucket's slice as one Arrow IPC blob, so the operator
 receives a handful of rows per bucket, and the processor reads each blob back column by column.
 Rows of a task are gathered up to :data:`PACK_ROWS` before packing, so a bucket costs one blob
-per task and batch, not one per 10,000-row Arrow batch.
+per task and batch, not one per 10,000-row Arrow batch. Where the step also computes the rows
+(the jobs validate and pack in one pass), each blob can carry its rows' latest event time
+(:data:`LATEST`), so that a watermark defined on the packed rows equals one defined on the rows.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # Plain identifiers: the operator hands rows over as namedtuples, which rename "__" names.
 BUCKET = "ss_bucket"
 BLOB = "ss_blob"
+LATEST = "ss_latest"
 PACKED_SCHEMA = f"{BUCKET} INT, {BLOB} BINARY"
+PACKED_WITH_LATEST_SCHEMA = f"{PACKED_SCHEMA}, {LATEST} LONG"
 PACK_ROWS = 200_000
 
 _PACKED = pa.schema([(BUCKET, pa.int32()), (BLOB, pa.binary())])
+_PACKED_WITH_LATEST = _PACKED.append(pa.field(LATEST, pa.int64()))
 
 
 def _blob(table: pa.Table) -> bytes:
@@ -32,19 +38,24 @@ def _blob(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _pack(table: pa.Table) -> pa.RecordBatch:
+def _pack(table: pa.Table, latest_of: str | None) -> pa.RecordBatch:
     buckets = table.column(BUCKET).to_numpy()
     order = np.argsort(buckets, kind="stable")
     ordered = buckets[order]
     starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))
     ends = np.append(starts[1:], len(ordered))
     data = table.drop_columns([BUCKET]).take(pa.array(order))
-    blobs = [_blob(data.slice(start, end - start)) for start, end in zip(starts, ends)]
-    return pa.RecordBatch.from_arrays([pa.array(ordered[starts], pa.int32()), pa.array(blobs, pa.binary())], schema=_PACKED)
+    slices = [data.slice(start, end - start) for start, end in zip(starts, ends)]
+    columns = [pa.array(ordered[starts], pa.int32()), pa.array([_blob(rows) for rows in slices], pa.binary())]
+    if latest_of is None:
+        return pa.RecordBatch.from_arrays(columns, schema=_PACKED)
+    latest = [pc.max(rows.column(latest_of)).as_py() for rows in slices]
+    return pa.RecordBatch.from_arrays([*columns, pa.array(latest, pa.int64())], schema=_PACKED_WITH_LATEST)
 
 
-def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: rows with a ``BUCKET`` column -> (bucket, blob) rows."""
+def pack(batches: Iterable[pa.RecordBatch], latest_of: str | None = None) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: rows with a ``BUCKET`` column -> (bucket, blob) rows, plus with
+    ``latest_of`` (a column of epoch ms) the blob's greatest such time as :data:`LATEST`."""
     gathered: list[pa.RecordBatch] = []
     rows = 0
     for batch in batches:
@@ -52,10 +63,10 @@ def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             gathered.append(batch)
             rows += batch.num_rows
         if rows >= PACK_ROWS:
-            yield _pack(pa.Table.from_batches(gathered))
+            yield _pack(pa.Table.from_batches(gathered), latest_of)
             gathered, rows = [], 0
     if gathered:
-        yield _pack(pa.Table.from_batches(gathered))
+        yield _pack(pa.Table.from_batches(gathered), latest_of)
 
 
 def unpack(blobs: Iterable[bytes]) -> pa.Table | None:

@@ -1,4 +1,9 @@
-"""Which state partition a bucket's state lives in, and bucket labels that spread evenly.
+"""Which bucket a key's state lives in, which state partition a bucket's state lives in,
+and bucket labels that spread evenly.
+
+A key's bucket is ``pmod(xxhash64(key), buckets)`` (then the checkpoint's label for that
+number); the jobs compute it in their validation pass (:func:`key_buckets`) rather than in
+Spark, with the same hash, so a checkpoint's keys stay in their buckets either way.
 
 The stateful operator groups rows by their bucket label, so Spark places a bucket in state
 partition ``pmod(murmur3(label, seed 42), partitions)``. For labels ``0..B-1`` that split is
@@ -10,8 +15,14 @@ bucket count: a bucket's label is where its state lives.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
 _MASK = 0xFFFFFFFF
-_SEED = 42  # Spark's HashPartitioning seed
+_SEED = 42  # Spark's seed for hash partitioning, hash() and xxhash64()
 
 
 def _rotl(value: int, bits: int) -> int:
@@ -31,6 +42,21 @@ def spark_int_hash(value: int) -> int:
     h1 = h1 * 0xC2B2AE35 & _MASK
     h1 ^= h1 >> 16
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def key_buckets(keys: pa.Array, count: int, labels: Sequence[int] | None) -> pa.Array:
+    """The bucket label of each (non-null) string key, as Spark's ``bucket_of`` column gives it:
+    ``xxhash64`` of the UTF-8 bytes with seed 42 (Spark's ``XXH64``), as a signed long, modulo
+    ``count`` with a non-negative result, then ``labels[number]`` when the bucket has labels."""
+    hashes = np.fromiter(
+        (xxhash.xxh64_intdigest(key.encode(), _SEED) for key in keys.to_numpy(zero_copy_only=False)),
+        dtype=np.uint64,
+        count=len(keys),
+    )
+    numbers = np.mod(hashes.view(np.int64), count)  # NumPy's mod, like pmod, takes the divisor's sign
+    if labels is not None:
+        numbers = np.asarray(labels, dtype=np.int64)[numbers]
+    return pa.array(numbers.astype(np.int32), pa.int32())
 
 
 def partition_of(label: int, partitions: int) -> int:
