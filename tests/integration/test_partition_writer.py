@@ -8,14 +8,24 @@ of the same transactional id cannot commit."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
+
+import pyarrow as pa
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
 from streamstate.jobs.kafka import write_kafka
-from streamstate.jobs.kafka.partition_writer import BatchTransactions, OutputNotDelivered, OutputPlan, write_partitions
-from streamstate.kafka_clients import producer_config
+from streamstate.jobs.kafka.partition_writer import (
+    BatchTransactions,
+    OutputNotDelivered,
+    OutputPlan,
+    _TransactionalOutput,
+    _write_task,
+    write_partitions,
+)
+from streamstate.kafka_clients import connection, producer_config
 from streamstate.stack.launcher import free_port
 from tests.integration.kafka_testing import read_topic
 
@@ -160,3 +170,34 @@ def test_a_stale_producer_with_the_same_transactional_id_is_fenced(spark, settin
         zombie.commit_transaction(30)
     assert fenced.value.args[0].fatal() or "fenced" in str(fenced.value).lower()
     assert _values(bootstrap, alerts) == [json.dumps({"n": "new run"})]
+
+
+def test_a_task_takes_its_transactional_id_before_its_first_row(settings, bootstrap, new_topic):
+    """The task's producer starts while its rows are still being computed (off the batch's
+    critical path): an older producer of the id is fenced before the first row arrives."""
+    alerts = new_topic(partitions=1)
+    transactions = _transactions(0, marker=alerts)
+    fatal: list = []
+    older = Producer({**producer_config(settings), "transactional.id": transactions.transactional_id(0), "error_cb": fatal.append})
+    older.init_transactions(30)
+    older.begin_transaction()
+
+    def older_is_fenced() -> bool:
+        try:
+            older.produce(alerts, value=b"older")
+            older.flush(10)
+        except KafkaException:
+            return True
+        return any(error.fatal() for error in fatal)
+
+    def rows_after_the_older_producer_is_fenced():
+        deadline = time.monotonic() + 60
+        while not older_is_fenced():
+            assert time.monotonic() < deadline, "the task's producer had not started before its first row"
+            time.sleep(0.2)
+        yield pa.RecordBatch.from_pydict({"kind": ["alert"], "key": ["a"], "payload": [json.dumps({"n": "task"})]})
+
+    output = _TransactionalOutput(producer_config(settings), connection(settings), transactions)
+    output.prepare()
+    _write_task(rows_after_the_older_producer_is_fenced(), plan_for(alerts, alerts), output)
+    assert _values(bootstrap, alerts) == [json.dumps({"n": "task"})]
