@@ -196,15 +196,16 @@ def map_validated(
     under :data:`INVALID_RECORDS_KEY`), computes each key's bucket exactly as Spark's
     ``bucket_of`` does and packs every bucket's rows into one blob. A separate validation step
     in front of :func:`~streamstate.state.map_with_state` cost a second Arrow round trip and
-    Python pass per batch. The event-time watermark on ``ts`` (``spec``'s event-time column)
-    is defined on each blob's latest event time, which gives the same watermark as on the rows.
+    Python pass per batch. The event-time watermark on ``spec``'s event-time column (one of
+    ``columns``, epoch ms) is defined on each blob's latest event time, which gives the same
+    watermark as on the rows.
     Valid rows reach ``spec``'s batch function; invalid ones come out of the same operator as
     contract dead letters.
     """
     if spec.per_record:
         raise ValueError("map_validated needs a StateSpec.batch_function")
-    if spec.event_time_column is None or spec.event_time_column not in columns:
-        raise ValueError(f"map_validated needs the spec's event-time column among {list(columns)}, got {spec.event_time_column!r}")
+    if spec.event_time_column is not None and spec.event_time_column not in columns:
+        raise ValueError(f"event-time column {spec.event_time_column!r} is not among the columns {list(columns)}")
     layout = RowLayout(key, (*columns, *DEAD_LETTER_COLUMNS), spec.event_time_column, spec.bucket_count, spec.bucket_labels)
     packer = _validating_packer(model, validated_schema(model), max_clock_skew_ms, layout)
     packed = (
@@ -223,7 +224,7 @@ class RowLayout:
 
     key: str
     value_columns: tuple[str, ...]
-    event_time: str
+    event_time: str | None  # a column of epoch ms; None: the rows have no event time
     bucket_count: int
     bucket_labels: tuple[int, ...] | None
 
@@ -237,7 +238,7 @@ class RowLayout:
         columns = [
             keys,
             value,
-            validated.column(self.event_time).cast(pa.int64()),
+            pa.nulls(validated.num_rows, pa.int64()) if self.event_time is None else validated.column(self.event_time).cast(pa.int64()),
             validated.column("topic").cast(pa.string()),
             validated.column("partition").cast(pa.int32()),
             validated.column("offset").cast(pa.int64()),

@@ -138,3 +138,20 @@ def test_the_validator_ships_to_python_workers_by_pickle():
     (out,) = list(shipped(iter([_metric_batch([b'{"series_id":"s","ts":1,"value":2}', b"[]"], [5, 5])])))
     assert out.column("value").to_pylist() == [2.0, None]
     assert out.column("error").to_pylist() == [None, "expected a JSON object, got []"]
+
+
+def test_the_layout_keys_invalid_rows_apart_and_takes_the_event_time_it_is_given():
+    from streamstate.jobs.validation import INVALID_RECORDS_KEY, RowLayout
+    from streamstate.state.keyrun import INPUT_COLUMNS, KEY, TIME, VALUE
+
+    model = MODELS["metrics"]
+    schema = to_arrow_schema(validated_schema(model))
+    batch = _metric_batch([b'{"series_id":"s","ts":7,"value":1}', b"{}"], [5, 5])
+    validated = validate_batch(batch, fast_contract(model), schema, 60_000)
+    columns = ("series_id", "ts", "value", "error")
+    timed = RowLayout("series_id", columns, "ts", 8, None).lay_out(validated)
+    untimed = RowLayout("series_id", columns, None, 8, None).lay_out(validated)
+    assert timed.column(INPUT_COLUMNS[KEY]).to_pylist() == ["s", INVALID_RECORDS_KEY]
+    assert [row["series_id"] for row in timed.column(INPUT_COLUMNS[VALUE]).to_pylist()] == ["s", INVALID_RECORDS_KEY]
+    assert timed.column(INPUT_COLUMNS[TIME]).to_pylist() == [7, None]
+    assert untimed.column(INPUT_COLUMNS[TIME]).to_pylist() == [None, None]
