@@ -248,12 +248,10 @@ class RowLayout:
 
 
 def _validating_packer(model: type[UserEvent] | type[Metric], schema: T.StructType, max_clock_skew_ms: int, layout: RowLayout):
-    arrow_schema = to_arrow_schema(schema)
+    validate = _validator(model, schema, max_clock_skew_ms)
 
     def validate_and_pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        contract = fast_contract(model)  # built in the Python worker, as in _validator
-        laid_out = (layout.lay_out(validate_batch(batch, contract, arrow_schema, max_clock_skew_ms)) for batch in batches)
-        return pack(laid_out, latest_of=INPUT_COLUMNS[TIME])
+        return pack((layout.lay_out(validated) for validated in validate(batches)), latest_of=INPUT_COLUMNS[TIME])
 
     return validate_and_pack
 

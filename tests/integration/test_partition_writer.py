@@ -198,6 +198,5 @@ def test_a_task_takes_its_transactional_id_before_its_first_row(settings, bootst
         yield pa.RecordBatch.from_pydict({"kind": ["alert"], "key": ["a"], "payload": [json.dumps({"n": "task"})]})
 
     output = _TransactionalOutput(producer_config(settings), connection(settings), transactions)
-    output.prepare()
     _write_task(rows_after_the_older_producer_is_fenced(), plan_for(alerts, alerts), output)
     assert _values(bootstrap, alerts) == [json.dumps({"n": "task"})]

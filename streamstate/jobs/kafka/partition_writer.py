@@ -177,7 +177,6 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         output = _Output(config) if transactions is None else _TransactionalOutput(config, group_config, transactions)
-        output.prepare()
         yield from _summary_batches(_write_task(batches, plan, output))
 
     collected = rows.select("kind", "key", "payload").mapInArrow(write, SUMMARY_SCHEMA).collect()
@@ -281,9 +280,6 @@ class _Output:
         """The producer the task's records went to, if any went out."""
         return self._producer
 
-    def prepare(self) -> None:
-        """Called as the task starts, before its first row: the shared producer needs nothing."""
-
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         while True:
             try:
@@ -326,7 +322,9 @@ class _TransactionalOutput(_Output):
         self.group_config = group_config
         self.client: _TransactionalClient | None = None
         self.skipping = False
-        self.starting: Future[tuple[_TransactionalClient, bool]] | None = None
+        # Made as the task starts: the producer takes the transactional id and reads the
+        # committed batch in the background while the task's rows are still being computed.
+        self.starting = self._start_in_background()
 
     @property
     def producer(self) -> Producer:
@@ -336,27 +334,23 @@ class _TransactionalOutput(_Output):
     def producing(self) -> Producer | None:
         return None if self.client is None or self.skipping else self.client.producer
 
-    def prepare(self) -> None:
-        """Start the task's producer in the background: it takes the transactional id and reads
-        the committed batch while the task's rows are still being computed."""
+    def _start_in_background(self) -> Future[tuple[_TransactionalClient, bool]]:
+        """The task's client and whether its batch was committed before, once started."""
         starting: Future[tuple[_TransactionalClient, bool]] = Future()
 
         def start() -> None:
             try:
-                starting.set_result(self._start())
+                client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config)
+                starting.set_result((client, client.committed_batch() >= self.transactions.batch_id))
             except BaseException as error:  # raised in the task's thread by _begin
                 starting.set_exception(error)
 
         threading.Thread(target=start, name=f"start {self.transactional_id}", daemon=True).start()
-        self.starting = starting
-
-    def _start(self) -> tuple[_TransactionalClient, bool]:
-        client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config)
-        return client, client.committed_batch() >= self.transactions.batch_id
+        return starting
 
     def _begin(self) -> _TransactionalClient:
         if self.client is None:
-            client, self.skipping = self._start() if self.starting is None else self.starting.result()
+            client, self.skipping = self.starting.result()
             if not self.skipping:
                 _call(client, "begin_transaction", client.producer.begin_transaction)
                 client.open = True
@@ -384,7 +378,7 @@ class _TransactionalOutput(_Output):
     def abandon(self) -> None:
         """The task failed: its open transaction is aborted, so nothing of it is ever seen. A
         producer still starting is waited for, so that no call of it outlives the task."""
-        if self.client is None and self.starting is not None:
+        if self.client is None:
             self.starting.exception()  # its failure, if any, is not the task's
         if self.client is not None and self.client.open:
             self.client.abort()
