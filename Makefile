@@ -55,8 +55,10 @@ bench: deps                     ## benchmarks: prints a table, writes bench/resu
 soak: deps                      ## an hour of the anomalies job at 5,000 points/s: latency, fds, sockets, threads and RSS each minute
 	$(BIN)/python -m bench.soak
 
-lock: setup                     ## re-resolve requirements.lock from pyproject.toml (after changing a pin)
-	$(BIN)/python infra/locked_requirements.py --no-runtime --group lock > $(VENV)/requirements-lock.txt
+# Not after `setup`: setup installs from the lock, which fails while the lock lacks a new pin.
+lock:                           ## re-resolve requirements.lock from pyproject.toml (after changing a pin)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) infra/locked_requirements.py --no-runtime --group lock > $(VENV)/requirements-lock.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-lock.txt
 	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --group build --group lock \
 	  --universal --python-version 3.11 --generate-hashes -o $(LOCK)

@@ -94,3 +94,18 @@ def test_the_makefile_installs_from_the_lock_with_hashes():
     assert "locked_requirements.py --extra test" in makefile
     assert makefile.count("--require-hashes") >= 2
     assert "pip install --no-deps --no-build-isolation -e ." in makefile
+
+
+def test_make_lock_runs_while_the_lock_lacks_a_new_pin(tmp_path, capsys):
+    """`make lock` is how a new pin gets into the lock, so it cannot need an install from the
+    lock first (`setup` fails on the missing pin): it installs only its own tool, uv."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    prerequisites = re.search(r"^lock:([^#\n]*)", makefile, re.M)
+    assert prerequisites is not None and prerequisites[1].split() == []
+    added = tmp_path / "pyproject.toml"
+    added.write_text(PYPROJECT.read_text().replace("dependencies = [", 'dependencies = [\n    "not-yet-locked==1.0",', 1))
+    with pytest.raises(SystemExit):  # what setup runs: the lock lacks the new pin
+        locked.main(["--pyproject", str(added), "--extra", "test"])
+    capsys.readouterr()
+    assert "locked_requirements.py --no-runtime --group lock >" in makefile
+    assert set(_selection(["--no-runtime", "--group", "lock", "--pyproject", str(added)], capsys)) == {"uv"}
