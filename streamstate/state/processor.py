@@ -9,8 +9,10 @@ of several round trips and one Arrow message per key.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -76,6 +78,24 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection during a bucket visit; it runs again after.
+
+    A visit allocates a row, a value dict and the rule's state for every record, and the
+    collector, triggered by allocation counts, scanned those live objects again and again for
+    no garbage: the engine and the jobs' rules make no reference cycles (a user function's
+    wait until the visit ends). Paused, a sessions visit took 5-10% less CPU (docs/profile.md)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class BucketProcessor(StatefulProcessor):
     """Runs a :class:`Plan` under ``transformWithStateInPandas`` grouped by bucket."""
 
@@ -97,26 +117,32 @@ class BucketProcessor(StatefulProcessor):
         return Bucket(self.plan, self.store, watermark, now, clock, self.hot_capacity, self.tick_ms).load()
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        table = unpack(blob for frame in rows for blob in frame[BLOB])
-        bucket = self._bucket(timerValues)
-        if table is not None:
-            bucket.apply_records(rows_by_key(table).items())
-        bucket.apply_without_data()
-        bucket.apply_due()
-        bucket.save()
-        if bucket.rows:
-            yield _frame(bucket.rows)
+        with _collector_paused():
+            table = unpack(blob for frame in rows for blob in frame[BLOB])
+            bucket = self._bucket(timerValues)
+            if table is not None:
+                bucket.apply_records(rows_by_key(table).items())
+            result = self._finish(bucket)
+        if result is not None:
+            yield result
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        bucket = self._bucket(timerValues)
-        bucket.timer_fired(expiredTimerInfo.getExpiryTimeInMs())
+        with _collector_paused():
+            bucket = self._bucket(timerValues)
+            bucket.timer_fired(expiredTimerInfo.getExpiryTimeInMs())
+            result = self._finish(bucket)
+        if result is not None:
+            yield result
+
+    @staticmethod
+    def _finish(bucket: Bucket) -> pd.DataFrame | None:
+        """A visit's common end: the keys due (and, in every-batch mode, the rest), then the save."""
         bucket.apply_without_data()
         bucket.apply_due()
         bucket.save()
-        if bucket.rows:
-            yield _frame(bucket.rows)
+        return _frame(bucket.rows) if bucket.rows else None
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:
         bucket = self._bucket(timerValues)
