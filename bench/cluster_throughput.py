@@ -8,7 +8,7 @@
 2. ``local[2]``: a SparkSession in this process, one ``availableNow`` run of the sessions
    job over the whole topic (fresh checkpoint and output topics);
 3. ``cluster``: a standalone master and two 1-core workers from the PySpark installation
-   (:mod:`tests.standalone`), a driver in this process with ``--master spark://``
+   (:mod:`streamstate.stack.standalone`), a driver in this process with ``--master spark://``
    and the project's wheel shipped to the executors; the same run on the same topic;
 4. prints rows/s of both (rows / the batch's ``triggerExecution``, SparkSession start-up
    excluded) and writes them as JSON with the machine's cores and load average.
@@ -33,7 +33,7 @@ from bench.measure import fresh_outputs, query_figures
 from streamstate.jobs import sessions_job
 from streamstate.jobs.runner import start_query
 from streamstate.jobs.spark import build_spark
-from tests.standalone import StandaloneCluster
+from streamstate.stack.standalone import StandaloneCluster
 from streamstate.settings import Settings
 from streamstate.stack.launcher import EmbeddedStack
 
