@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from bench.measure import bounded_input_topic
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator
 from streamstate.producers.kafka_writer import produce_records
-from streamstate.topics import TopicSpec, create_topics
+from streamstate.settings import Settings
+from streamstate.topics import create_topics
 
 INPUT_PARTITIONS = 4
 
@@ -34,7 +36,7 @@ class Dataset:
 def produce(bootstrap: str, topic: str, records, partitions: int = INPUT_PARTITIONS) -> int:
     """Create ``topic`` and produce ``records`` (ProducedRecord for that topic) with the producers'
     own writer: keyed, so each key stays in one partition in order; every delivery checked."""
-    create_topics(bootstrap, [TopicSpec(topic, partitions)])
+    create_topics(bootstrap, [bounded_input_topic(Settings(), topic, partitions)])
     summary = produce_records(bootstrap, records, progress=False, linger__ms=20, batch__size=1_000_000)
     if not summary.ok:
         raise RuntimeError(f"producing {topic}: {summary.line()}")

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bench.api_latency import percentiles
-from bench.measure import fresh_outputs, wall_clock_input_topic
+from bench.measure import bounded_input_topic, fresh_outputs
 from streamstate.jobs import anomalies_job
 from streamstate.jobs.runner import start_query
 from streamstate.kafka_clients import reader_config, watermarks
@@ -137,7 +137,7 @@ def measure(
     (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location), of the anomalies
     job unless ``start`` starts another query on the run's topics (:mod:`bench.latency_floor`)."""
     input_topic = f"bench-latency-metrics-{int(time.time())}"
-    create_topics(settings.bootstrap_servers, [wall_clock_input_topic(settings, input_topic, 4)])
+    create_topics(settings.bootstrap_servers, [bounded_input_topic(settings, input_topic, 4)])
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()

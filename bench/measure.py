@@ -48,9 +48,10 @@ def fresh_outputs(settings: Settings, label: str) -> Settings:
     return settings.model_copy(update=names)
 
 
-def wall_clock_input_topic(settings: Settings, name: str, partitions: int) -> TopicSpec:
-    """A fresh input topic for wall-clock points, with the timestamp bounds infra/kafka/topics.toml
-    gives the metrics topic (the broker then refuses a timestamp Spark's source cannot convert)."""
+def bounded_input_topic(settings: Settings, name: str, partitions: int) -> TopicSpec:
+    """A fresh input topic with the timestamp bounds infra/kafka/topics.toml gives the input
+    topics (the broker then refuses a timestamp Spark's source cannot convert, and the jobs'
+    start-up check has nothing to warn about)."""
     template = next((t for t in load_topics(settings.topics_file) if t.name == settings.topic_metrics), None)
     config = {k: v for k, v in (template.config if template else {}).items() if k.startswith("message.timestamp.")}
     return TopicSpec(name, partitions, config)

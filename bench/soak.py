@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the producer and the job are stopped
     from bench.latency import SERIES, AlertClock, producer_command
-    from bench.measure import fresh_outputs, wall_clock_input_topic
+    from bench.measure import bounded_input_topic, fresh_outputs
     from streamstate.settings import Settings
     from streamstate.stack.launcher import EmbeddedStack
     from streamstate.topics import create_topics
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedStack(settings=Settings(checkpoint_root=str(workdir / "checkpoints")), workdir=workdir, quiet=True) as stack:
         bootstrap = stack.start_broker()
         input_topic = f"soak-metrics-{int(time.time())}"
-        create_topics(bootstrap, [wall_clock_input_topic(stack.settings, input_topic, 4)])
+        create_topics(bootstrap, [bounded_input_topic(stack.settings, input_topic, 4)])
         settings = fresh_outputs(stack.settings.model_copy(update={
             "topic_metrics": input_topic, "trigger_interval": args.trigger, "anomalies_metrics_port": 0,
             **({"job_jvm_socket_budget": args.socket_budget} if args.socket_budget is not None else {}),
