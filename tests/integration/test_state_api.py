@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 from pyspark.errors import StreamingQueryException
+from pyspark.sql.types import StructType
 
 from examples.runner import EVENT_TIME, read_json_topic
-from streamstate.state import StateSpec, map_with_state
+from streamstate.state import StateSpec, map_with_state, processor
 from streamstate.state.keyrun import OUTPUT_SCHEMA
 from streamstate.state.tester import StateTester, by_key
 from tests.state_queries import RowCollector, kinds, produce_json
@@ -156,3 +157,19 @@ def test_state_type_changed_between_releases_fails_clearly(spark, settings, boot
     collector = RowCollector(map_with_state(df, "key", spec_v2, value="n"), checkpoint, available_now=True)
     with pytest.raises(StreamingQueryException, match=r"StateTypeError: stored state of key 'a' is not a valid Counter"):
         collector.await_done()
+
+
+def test_the_state_variables_schemas_are_the_ddl_existing_checkpoints_recorded(spark):
+    """The processor gives Spark StructTypes (no parse round trip per task); a checkpoint
+    written when it gave DDL text holds Spark's parse of that text, which must be the same."""
+    recorded = {
+        "hot": "blob BINARY", "cold key": "key STRING", "cold value": "state BINARY, deadline LONG",
+        "wheel key": "tick LONG", "wheel value": "keys BINARY",
+    }
+    given = {
+        "hot": processor.HOT_SCHEMA, "cold key": processor.COLD_KEY_SCHEMA, "cold value": processor.COLD_VALUE_SCHEMA,
+        "wheel key": processor.WHEEL_KEY_SCHEMA, "wheel value": processor.WHEEL_VALUE_SCHEMA,
+    }
+    assert {name: schema.json() for name, schema in given.items()} == {
+        name: StructType.fromDDL(ddl).json() for name, ddl in recorded.items()
+    }
