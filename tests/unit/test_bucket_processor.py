@@ -4,25 +4,17 @@ while a bucket is visited and comes back after, whatever the visit did."""
 from __future__ import annotations
 
 import gc
+
 import pandas as pd
 import pyarrow as pa
 import pytest
 
+from bench.profile_buckets import Clock
 from streamstate.state import StateSpec
 from streamstate.state.buckets import TICK_MS, MemoryBucketStore
 from streamstate.state.keyrun import INPUT_COLUMNS, OUTPUT, SNAPSHOT, Plan
 from streamstate.state.packing import BLOB, BUCKET, pack
 from streamstate.state.processor import BucketProcessor
-
-
-class Clock:
-    """The TimerValues a visit reads."""
-
-    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802 - Spark's TimerValues interface
-        return -1
-
-    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
-        return 1_000
 
 
 def _packed(keys: list[str]) -> pd.DataFrame:
