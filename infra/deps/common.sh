@@ -51,10 +51,19 @@ mvn_copy() {
     status=${PIPESTATUS[0]}
     set -e
     if [ "$status" -ne 0 ]; then
-        grep -E '^\[ERROR\]' "$log" | head -20 >&2
+        grep -E '^\[ERROR\]' "$log" | head -20 >&2 || true
         die "Maven could not resolve $pom (full log: $log)"
     fi
     rm -f "$log"
+}
+
+# check_reports_release BINARY RELEASE: dies unless `BINARY --version` names RELEASE. The output
+# is captured, not piped into `grep -q`: grep exits at its first match while the binary may
+# still be writing, and pipefail turns the binary's SIGPIPE into a failed check (seen in CI).
+check_reports_release() {
+    local reported
+    reported="$("$1" --version)" || die "$1 --version failed"
+    [[ "$reported" == *"$2"* ]] || die "the built $(basename "$1") does not report $2: $reported"
 }
 
 # go_release NAME MODULE RELEASE MODULE_VERSION: a MinIO-family release (MinIO, its mc client)
@@ -88,7 +97,7 @@ go_release() {
         grep -v '^go: downloading' "$out.tmp/.build.log" | tail -20 >&2
         die "go install $module@$module_version failed (log: $out.tmp/.build.log)"
     fi
-    "$out.tmp/$name" --version | grep -q "$release" || die "the built $name does not report $release"
+    check_reports_release "$out.tmp/$name" "$release"
     if [ -e "$out" ]; then fresh_dir "$out"; rm -rf -- "$out"; fi
     mv -- "$out.tmp" "$out"
     touch "$out/.installed-$stamp"

@@ -25,7 +25,8 @@ spark_build_property() {
             || die "cannot fetch Spark $SPARK_VERSION's build pom from Maven Central"
     fi
     local value
-    value="$(sed -n "s|.*<$1>\\(.*\\)</$1>.*|\\1|p" "$pom" | head -1)"
+    value="$(sed -n "s|.*<$1>\\(.*\\)</$1>.*|\\1|p" "$pom")"
+    value="${value%%$'\n'*}"  # the first; not `| head -1`, whose early exit pipefail can fail
     [ -n "$value" ] || die "Spark $SPARK_VERSION's build pom has no <$1>"
     echo "$value"
 }
