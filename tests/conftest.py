@@ -167,9 +167,13 @@ def new_stream(kinesis_settings):
 @pytest.fixture(scope="session")
 def spark(stack, tmp_path_factory):
     """One SparkSession (local[2], RocksDB state store) for every Spark test, with Spark's
-    Kafka connector and S3A jars (the stack's settings carry them)."""
+    Kafka connector and S3A jars (the stack's settings carry them) and the local checkpoint
+    file system of spark-jobs/jvm/ (installed here if `make test` has not)."""
     from streamstate.jobs.spark import build_spark
+    from streamstate.stack import binaries
 
+    with contextlib.suppress(binaries.DependencyMissing):  # then test_local_file_system fails, and only it
+        binaries.local_fs_jar()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = stack.settings
     session = build_spark(settings, app_name="streamstate-tests", spark__ui__enabled="false")

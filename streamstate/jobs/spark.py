@@ -17,14 +17,20 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from streamstate.jobs.code_shipping import is_local_master, ship_code
 from streamstate.settings import Settings
+from streamstate.stack import binaries
 
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# spark-jobs/jvm/: Hadoop's local file system without a chmod or readlink process per file.
+LOCAL_FILE_SYSTEM = "io.streamstate.hadoop.NioLocalFileSystem"
+LOCAL_ABSTRACT_FILE_SYSTEM = "io.streamstate.hadoop.NioLocalFs"
+CLASSPATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
 LAUNCHER = "streamstate-spark-python"
 
 
@@ -126,11 +132,33 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # noqa: SLF001 - whether this call starts the JVM
+        for key, value in local_file_system_conf(binaries.local_fs_jar(install=False), master, conf).items():
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer")
     ship_code(spark, settings.model_copy(update={"spark_master": spark.sparkContext.master}))
     return spark
+
+
+def local_file_system_conf(jar: Path | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """Local checkpoints through ``spark-jobs/jvm/`` when its jar is installed and the master is local.
+
+    Without Hadoop's native library its local file system forks ``chmod`` for every file it
+    creates and ``readlink`` for every rename, several per batch, each costing a batch tens of
+    milliseconds on 2 cores (docs/profile.md). The class must be on the JVM's own classpath
+    (``spark.jars`` come too late for a ``file:`` file system), so this applies only where
+    this process starts the JVM, and only on a local master, whose executors run on this
+    machine; a caller's classpath is kept, and a caller's own file system classes win.
+    """
+    if jar is None or not is_local_master(master):
+        return {}
+    result = {key: os.pathsep.join(filter(None, (conf.get(key), str(jar)))) for key in CLASSPATH_KEYS}
+    for key, value in (("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM), ("spark.hadoop.fs.AbstractFileSystem.file.impl", LOCAL_ABSTRACT_FILE_SYSTEM)):
+        if key not in conf:
+            result[key] = value
+    return result
 
 
 def s3a_conf(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, str]:

@@ -4,7 +4,8 @@ they are installed.
 ``infra/versions.env`` is the one list of versions (the Makefile, the Dockerfiles, compose
 and the tests read it too); ``infra/deps/install-*.sh`` install each part into ``.deps/``
 (gitignored, cached): Spark's Kafka connector and S3A jars and Apache Kafka's jars from
-Maven Central, MinIO built through the Go module proxy. ``make test`` and ``make run``
+Maven Central, MinIO built through the Go module proxy, and the local checkpoint file system
+compiled from ``spark-jobs/jvm/``. ``make test`` and ``make run``
 run the scripts; :func:`ensure` runs one on demand (a test or ``streamstate up`` on a
 fresh clone), showing its progress, and is a no-op once the part is installed.
 """
@@ -23,7 +24,8 @@ from streamstate.errors import ConfigurationError
 VERSIONS_FILE = REPO_ROOT / "infra" / "versions.env"
 SCRIPTS = REPO_ROOT / "infra" / "deps"
 DEPS_DIR = REPO_ROOT / ".deps"  # infra/deps/common.sh installs here
-COMPONENTS = ("spark-jars", "kafka", "minio")
+COMPONENTS = ("spark-jars", "kafka", "minio", "local-fs")
+LOCAL_FS_JAR = "streamstate-local-fs.jar"
 
 
 class DependencyMissing(ConfigurationError, RuntimeError):
@@ -50,6 +52,7 @@ def _install_dir(component: str) -> Path:
         "spark-jars": f"spark-jars-{v['SPARK_VERSION']}",
         "kafka": f"kafka-{v['KAFKA_VERSION']}",
         "minio": f"minio-{v['MINIO_RELEASE']}",
+        "local-fs": f"local-fs-{v['SPARK_VERSION']}",
     }[component]
     return DEPS_DIR / name
 
@@ -81,6 +84,14 @@ def spark_jars(install: bool = True) -> list[Path]:
         return []
     folder = ensure("spark-jars") if install else _install_dir("spark-jars")
     return sorted(folder.glob("*.jar"))
+
+
+def local_fs_jar(install: bool = True) -> Path | None:
+    """The jar of ``spark-jobs/jvm/`` (None when not installed and ``install`` is False)."""
+    if not install and not installed("local-fs"):
+        return None
+    folder = ensure("local-fs") if install else _install_dir("local-fs")
+    return folder / LOCAL_FS_JAR
 
 
 def kafka_classpath() -> str:

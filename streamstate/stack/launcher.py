@@ -220,7 +220,7 @@ class EmbeddedStack:
     def start_broker(self, port: int | None = None) -> str:
         """Apache Kafka as a KRaft broker with the pipeline topics, its data in ``workdir/kafka``
         (storage formatted on first use); returns its bootstrap address. The jobs' settings get
-        Spark's Kafka connector jars. Started again (after :meth:`kill_broker`) it keeps its
+        Spark's Kafka connector jars, and the local checkpoint file system is installed. Started again (after :meth:`kill_broker`) it keeps its
         ports and data; ``port`` None takes a free port, unless a broker was started before."""
         from streamstate.stack import binaries
 
@@ -232,6 +232,10 @@ class EmbeddedStack:
         proc = self.spawn("broker", self.kafka.argv())
         bootstrap = self.kafka.bootstrap
         jars = self.settings.spark_jars or ",".join(str(jar) for jar in binaries.spark_jars())
+        try:
+            binaries.local_fs_jar()  # the jobs' session builder finds it installed
+        except binaries.DependencyMissing as exc:
+            self.say(f"{exc}; local checkpoints keep Hadoop's file system (slower, the same files)")
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap, "spark_jars": jars})
         try:
             # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.

@@ -1,0 +1,37 @@
+"""When the session builder checkpoints through spark-jobs/jvm/'s local file system
+(streamstate.jobs.spark.local_file_system_conf): only with its jar and a local master, keeping
+a caller's classpath and a caller's own file system classes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from streamstate.jobs.spark import LOCAL_ABSTRACT_FILE_SYSTEM, LOCAL_FILE_SYSTEM, local_file_system_conf
+
+JAR = Path("/deps/local-fs/streamstate-local-fs.jar")
+
+
+def test_a_local_master_with_the_jar_gets_the_classpath_and_both_file_system_classes():
+    for master in ("local", "local[2]", "local[*]", "local-cluster[2,1,1024]"):
+        assert local_file_system_conf(JAR, master, {}) == {
+            "spark.driver.extraClassPath": str(JAR),
+            "spark.executor.extraClassPath": str(JAR),
+            "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
+            "spark.hadoop.fs.AbstractFileSystem.file.impl": LOCAL_ABSTRACT_FILE_SYSTEM,
+        }, master
+
+
+def test_without_the_jar_or_on_a_cluster_nothing_changes():
+    assert local_file_system_conf(None, "local[2]", {}) == {}
+    for master in ("spark://cluster:7077", "yarn", "k8s://https://api:6443"):
+        assert local_file_system_conf(JAR, master, {}) == {}, master
+
+
+def test_a_callers_classpath_is_kept_and_its_file_system_classes_win():
+    conf = {"spark.driver.extraClassPath": "/opt/mine.jar", "spark.hadoop.fs.file.impl": "com.example.MyLocalFileSystem"}
+    result = local_file_system_conf(JAR, "local[2]", conf)
+    assert result["spark.driver.extraClassPath"] == f"/opt/mine.jar{os.pathsep}{JAR}"
+    assert result["spark.executor.extraClassPath"] == str(JAR)
+    assert "spark.hadoop.fs.file.impl" not in result
+    assert result["spark.hadoop.fs.AbstractFileSystem.file.impl"] == LOCAL_ABSTRACT_FILE_SYSTEM
