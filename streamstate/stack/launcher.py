@@ -220,8 +220,9 @@ class EmbeddedStack:
     def start_broker(self, port: int | None = None) -> str:
         """Apache Kafka as a KRaft broker with the pipeline topics, its data in ``workdir/kafka``
         (storage formatted on first use); returns its bootstrap address. The jobs' settings get
-        Spark's Kafka connector jars, and the local checkpoint file system is installed. Started again (after :meth:`kill_broker`) it keeps its
-        ports and data; ``port`` None takes a free port, unless a broker was started before."""
+        Spark's Kafka connector jars, and the local checkpoint file system is installed. Started
+        again (after :meth:`kill_broker`) it keeps its ports and data; ``port`` None takes a free
+        port, unless a broker was started before."""
         from streamstate.stack import binaries
 
         if self.kafka is None or port is not None:
