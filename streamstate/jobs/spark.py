@@ -132,7 +132,8 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # noqa: SLF001 - whether this call starts the JVM
+    starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
+    if starts_jvm and is_local_master(master):
         for key, value in local_file_system_conf(binaries.local_fs_jar(install=False), master, conf).items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -87,8 +87,9 @@ def spark_jars(install: bool = True) -> list[Path]:
 
 
 def local_fs_jar(install: bool = True) -> Path | None:
-    """The jar of ``spark-jobs/jvm/`` (None when not installed and ``install`` is False)."""
-    if not install and not installed("local-fs"):
+    """The jar of ``spark-jobs/jvm/`` (None when not installed and ``install`` is False, as in
+    an installed package outside a source checkout, which has no ``infra/versions.env``)."""
+    if not install and not (VERSIONS_FILE.is_file() and installed("local-fs")):
         return None
     folder = ensure("local-fs") if install else _install_dir("local-fs")
     return folder / LOCAL_FS_JAR

@@ -35,3 +35,15 @@ def test_a_callers_classpath_is_kept_and_its_file_system_classes_win():
     assert result["spark.executor.extraClassPath"] == str(JAR)
     assert "spark.hadoop.fs.file.impl" not in result
     assert result["spark.hadoop.fs.AbstractFileSystem.file.impl"] == LOCAL_ABSTRACT_FILE_SYSTEM
+
+
+def test_outside_a_source_checkout_no_jar_is_looked_for(tmp_path, monkeypatch):
+    """The images install the package without infra/: a job there must start, with Hadoop's class."""
+    from streamstate.stack import binaries
+
+    monkeypatch.setattr(binaries, "VERSIONS_FILE", tmp_path / "missing" / "versions.env")
+    binaries.versions.cache_clear()
+    try:
+        assert binaries.local_fs_jar(install=False) is None
+    finally:
+        binaries.versions.cache_clear()
