@@ -57,6 +57,21 @@ mvn_copy() {
     rm -f "$log"
 }
 
+# pyspark_jars_dir: the jars folder of the venv's pyspark, which the installs build against.
+pyspark_jars_dir() {
+    local python="${PYTHON:-$PROJECT_ROOT/.venv/bin/python}"
+    "$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' \
+        || die "no pyspark in $python: run make setup first"
+}
+
+# finish_install OUT STAMP: OUT.tmp becomes OUT, replacing an earlier install, stamped current.
+finish_install() {
+    local out="$1" stamp="$2"
+    if [ -e "$out" ]; then fresh_dir "$out"; rm -rf -- "$out"; fi
+    mv -- "$out.tmp" "$out"
+    touch "$out/.installed-$stamp"
+}
+
 # check_reports_release BINARY RELEASE: dies unless `BINARY --version` names RELEASE. The output
 # is captured, not piped into `grep -q`: grep exits at its first match while the binary may
 # still be writing, and pipefail turns the binary's SIGPIPE into a failed check (seen in CI).
@@ -98,8 +113,6 @@ go_release() {
         die "go install $module@$module_version failed (log: $out.tmp/.build.log)"
     fi
     check_reports_release "$out.tmp/$name" "$release"
-    if [ -e "$out" ]; then fresh_dir "$out"; rm -rf -- "$out"; fi
-    mv -- "$out.tmp" "$out"
-    touch "$out/.installed-$stamp"
+    finish_install "$out" "$stamp"
     say "$name $release ready in $out/$name (built in $((SECONDS - started)) s)"
 }

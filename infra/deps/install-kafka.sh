@@ -14,7 +14,5 @@ fresh_dir "$out.tmp"
 mvn_copy "$POM" "$out.tmp/libs" -Dkafka.version="$KAFKA_VERSION" \
     -Dslf4j.version="$KAFKA_SLF4J_VERSION" -Dreload4j.version="$KAFKA_RELOAD4J_VERSION"
 [ -f "$out.tmp/libs/kafka_2.13-$KAFKA_VERSION.jar" ] || die "kafka_2.13-$KAFKA_VERSION.jar missing after resolution"
-if [ -e "$out" ]; then fresh_dir "$out"; rm -rf -- "$out"; fi
-mv -- "$out.tmp" "$out"
-touch "$out/.installed-$stamp"
+finish_install "$out" "$stamp"
 say "Apache Kafka $KAFKA_VERSION ready in $out ($(ls "$out/libs" | wc -l) jars, $(du -sh "$out" | cut -f1))"

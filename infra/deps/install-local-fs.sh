@@ -8,9 +8,7 @@
 SOURCES="$PROJECT_ROOT/spark-jobs/jvm"
 JAR_NAME=streamstate-local-fs.jar
 
-python="${PYTHON:-$PROJECT_ROOT/.venv/bin/python}"
-spark_jars="$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
-    || die "no pyspark in $python: run make setup first"
+spark_jars="$(pyspark_jars_dir)"
 out="$DEPS_DIR/local-fs-$SPARK_VERSION"
 mapfile -t java_files < <(find "$SOURCES" -name '*.java' | sort)
 stamp="$(stamp_of "${java_files[@]}" "$0" "$DEPS_SCRIPTS/common.sh")"
@@ -27,7 +25,5 @@ javac --release 17 -nowarn -cp "$spark_jars/*" -d "$out.tmp/classes" "${java_fil
     || die "javac failed on $SOURCES"
 jar --create --file "$out.tmp/$JAR_NAME" -C "$out.tmp/classes" . || die "could not pack $JAR_NAME"
 rm -rf -- "$out.tmp/classes"
-if [ -e "$out" ]; then fresh_dir "$out"; rm -rf -- "$out"; fi
-mv -- "$out.tmp" "$out"
-touch "$out/.installed-$stamp"
+finish_install "$out" "$stamp"
 say "local checkpoint file system ready in $out/$JAR_NAME"

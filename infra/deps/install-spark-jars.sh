@@ -62,9 +62,8 @@ prune() {
 }
 
 native() {
-    local python="${PYTHON:-$PROJECT_ROOT/.venv/bin/python}" spark_jars out stamp
-    spark_jars="$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
-        || die "no pyspark in $python: run make setup first"
+    local spark_jars out stamp
+    spark_jars="$(pyspark_jars_dir)"
     out="$DEPS_DIR/spark-jars-$SPARK_VERSION"
     stamp="$(stamp_of "$POM" "$0" "$DEPS_SCRIPTS/common.sh")"
     if [ -f "$out/.installed-$stamp" ]; then
@@ -78,9 +77,7 @@ native() {
     [ "$resolved_hadoop" = "$wheel_hadoop" ] \
         || die "hadoop-aws $resolved_hadoop (Spark $SPARK_VERSION's build) differs from the wheel's Hadoop $wheel_hadoop ($spark_jars): is pyproject.toml's pyspark pin SPARK_VERSION?"
     prune "$out.tmp" "$spark_jars"
-    [ ! -e "$out" ] || fresh_dir "$out"
-    rm -rf -- "$out" && mv -- "$out.tmp" "$out"
-    touch "$out/.installed-$stamp"
+    finish_install "$out" "$stamp"
     say "Spark jars ready in $out ($(du -sh "$out" | cut -f1))"
 }
 
