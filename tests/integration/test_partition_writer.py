@@ -3,7 +3,8 @@ kind's rows reach their topic, in the partition Spark's own Kafka sink picks for
 summary counts what was written, and rows the job does not declare fail the batch before any
 of their Arrow batch is written. In transactions: a replayed batch writes nothing again, a task
 that fails mid-transaction leaves nothing a read_committed consumer sees, and a stale producer
-of the same transactional id cannot commit."""
+of the same transactional id cannot commit, and a task's producer finds its broker connection
+up when it asks for its producer id."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from streamstate.jobs.kafka import write_kafka
 from streamstate.jobs.kafka.partition_writer import (
     BatchTransactions,
     OutputNotDelivered,
+    TRANSACTIONAL_TUNING,
     OutputPlan,
+    _TransactionalClient,
     _TransactionalOutput,
     _write_task,
     write_partitions,
@@ -200,3 +203,29 @@ def test_a_task_takes_its_transactional_id_before_its_first_row(settings, bootst
     output = _TransactionalOutput(producer_config(settings), connection(settings), transactions)
     _write_task(rows_after_the_older_producer_is_fenced(), plan_for(alerts, alerts), output)
     assert _values(bootstrap, alerts) == [json.dumps({"n": "task"})]
+
+
+# librdkafka's debug line when a producer that has no broker connection up picks one to ask
+# for its producer id: its sparse connections had dropped the bootstrap connection on learning
+# the brokers, and it waited for its retry timer (500 ms in about a third of the starts).
+WAITED_FOR_A_CONNECTION = "Selected for cluster connection: acquire ProducerID"
+
+
+def _start_debugged(settings, marker: str) -> None:
+    config = {**producer_config(settings), "debug": "eos,broker"}
+    client = _TransactionalClient.start(f"test.{uuid.uuid4().hex}.0", marker, config, connection(settings))
+    client.producer.flush(10)
+
+
+def test_a_task_s_producer_has_its_connection_up_before_it_asks_for_its_producer_id(settings, new_topic, capfd, monkeypatch):
+    """A task's new transactional producer connects to the brokers as it learns them, so
+    init_transactions never waits for a connection timer on the batch's critical path."""
+    alerts = new_topic(partitions=1)
+    with monkeypatch.context() as librdkafka_default:
+        librdkafka_default.setitem(TRANSACTIONAL_TUNING, "enable.sparse.connections", True)
+        _start_debugged(settings, alerts)
+    assert WAITED_FOR_A_CONNECTION in capfd.readouterr().err, "librdkafka no longer logs the line this test looks for"
+
+    for _ in range(4):
+        _start_debugged(settings, alerts)
+    assert WAITED_FOR_A_CONNECTION not in capfd.readouterr().err

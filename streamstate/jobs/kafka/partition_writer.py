@@ -24,8 +24,8 @@ producer with the id (a crashed run's, a stuck old driver's), aborting its open 
 so a ``read_committed`` consumer sees each record once, whatever was killed when. A task
 starts its producer, ``init_transactions`` and the committed-batch lookup in a thread of its
 own as soon as it starts, while the stateful operator in front of it still computes its rows:
-``init_transactions`` takes 60-80 ms on a local broker, and 500 ms whenever librdkafka waits
-out its PID retry timer, which on the batch's critical path was a large part of its tail.
+``init_transactions`` takes 10-40 ms on a local broker (see ``TRANSACTIONAL_TUNING`` for why
+it took 500 ms in a third of the tasks before).
 """
 
 from __future__ import annotations
@@ -73,6 +73,15 @@ FLUSH_TIMEOUT_S = 150.0  # past message.timeout.ms: every record has its outcome
 # cover message.timeout.ms (librdkafka refuses less) and stay under the broker's
 # transaction.max.timeout.ms (15 minutes by default).
 TRANSACTION_TIMEOUT_MS = 180_000
+TRANSACTIONAL_TUNING = {
+    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+    # A task's new producer connects at once to every broker its first metadata names. With
+    # sparse connections (librdkafka's default) it drops its bootstrap connection on learning the
+    # brokers, connects to none, and finds no broker to ask for its producer id until its
+    # retry timer fires 500 ms later: init_transactions took 500 ms in about a third of the
+    # tasks (docs/profile.md).
+    "enable.sparse.connections": False,
+}
 TRANSACTION_CALL_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 20.0
 CALL_RETRIES = 10
@@ -397,7 +406,7 @@ class _TransactionalClient:
 
     @classmethod
     def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
-        producer = Producer({**config, "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+        producer = Producer({**config, **TRANSACTIONAL_TUNING, "transactional.id": transactional_id})
         client = cls(transactional_id, producer, _group(transactional_id, group_config), marker)
         _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
         return client
