@@ -21,8 +21,8 @@ from streamstate.jobs.kafka import write_kafka
 from streamstate.jobs.kafka.partition_writer import (
     BatchTransactions,
     OutputNotDelivered,
-    TRANSACTIONAL_TUNING,
     OutputPlan,
+    TRANSACTIONAL_TUNING,
     _TransactionalClient,
     _TransactionalOutput,
     _write_task,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
 
 from streamstate.kafka_clients import admin
 from streamstate.errors import SourceError
@@ -25,12 +26,14 @@ class SourceResetError(SourceError, RuntimeError):
     """An input topic is not the one the checkpoint was written from, or lost records under it."""
 
 
-def topic_ids(broker: object, topics: Iterable[str]) -> dict[str, str]:
+def topic_ids(broker: object, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:
     """Topic id (base64) of each topic that has one; topics without an id are left out.
-    ``broker``: ``Settings`` or a client configuration (see :func:`streamstate.kafka_clients.connection`)."""
+    ``broker``: ``Settings`` or a client configuration (see :func:`streamstate.kafka_clients.connection`);
+    ``client``: an admin client of that broker to ask instead of a new one."""
     names = sorted(set(topics))
     ids: dict[str, str] = {}
-    client = admin(broker)  # held until the futures are resolved: a collected client fails them (_DESTROY)
+    if client is None:
+        client = admin(broker)  # held until the futures are resolved: a collected client fails them (_DESTROY)
     for name, future in client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
         try:
             topic_id = str(future.result(TIMEOUT_S).topic_id)

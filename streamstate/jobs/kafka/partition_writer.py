@@ -490,7 +490,13 @@ def transactions_problem(settings: Any) -> str | None:
     config = producer_config(settings)
     identity = _identity(config)
     if identity not in _probed:
-        probe = Producer({**config, "transactional.id": f"streamstate.probe.{uuid.uuid4().hex}"})
+        probe = Producer(
+            {
+                **config,
+                **TRANSACTIONAL_TUNING,
+                "transactional.id": f"streamstate.probe.{uuid.uuid4().hex}",
+            }
+        )
         try:
             probe.init_transactions(PROBE_TIMEOUT_S)
             _probed[identity] = None
