@@ -104,6 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"default {default:,}, --quick {quick:,}")
     parser.add_argument("--latency-rate", type=int, default=5_000, help="points/s of the latency figure")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="seconds of load per latency run")
+    parser.add_argument("--latency-lead-in", type=float, help="seconds of load before the latency runs (default 60, --quick 10)")
     parser.add_argument("--api-rates", default="1000,2500", help="comma-separated requests/s of the API figure")
     parser.add_argument("--api-seconds", type=float, default=10.0, help="seconds of load per API run")
     parser.add_argument("--out", type=Path, default=HERE / "results.json", help="JSON results (the .md goes next to it)")
@@ -111,6 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name, (default, quick) in SIZES.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else default)
+    if args.latency_lead_in is None:
+        args.latency_lead_in = 10.0 if args.quick else 60.0
     args.only = [f.strip() for f in args.only.split(",") if f.strip()]
     unknown = set(args.only) - set(FIGURES)
     if unknown:
@@ -320,11 +323,12 @@ def main(argv: list[str] | None = None) -> int:
                 run.doc["setup"]["warm_up_s"] = warm_up(spark, settings, workdir)
             run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))
             run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))
-            run.figure("latency", lambda: latency.measure_with_floors(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds))
+            run.figure("latency", lambda: latency.measure_with_floors(
+                spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds, args.latency_lead_in))
             run.figure("state", lambda: state_scale(spark, workdir, args.state_small, args.state_large, args.runs))
             run.figure("production", lambda: production.measure(spark, settings, workdir, args, SEED, WARM_UP_EVENTS))
             run.figure("transactions", lambda: transactions_cost.measure(
-                spark, settings, events, workdir, args.runs, args.latency_rate, args.latency_seconds))
+                spark, settings, events, workdir, args.runs, args.latency_rate, args.latency_seconds, args.latency_lead_in))
             run.figure("windows", lambda: windows_throughput.measure(spark, workdir, args.window_events, args.window_keys, args.runs, SEED))
         finally:
             if spark is not None:

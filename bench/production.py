@@ -75,7 +75,7 @@ def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed
             "anomalies_job": repeat(args.runs, "anomalies job (s3a:// checkpoints in MinIO)",
                                     lambda i: anomalies_job_once(spark, settings, points, checkpoint(f"anomalies-{i}"))),
             "latency": latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds,
-                                       checkpoint=checkpoint("latency")),
+                                       checkpoint=checkpoint("latency"), lead_in_s=args.latency_lead_in),
         }
     finally:
         stack.stop()

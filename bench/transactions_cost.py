@@ -20,7 +20,9 @@ from streamstate.settings import Settings
 MODES = ("on", "off")
 
 
-def measure(spark, settings: Settings, events: Dataset, workdir: Path, runs: int, rate: int, seconds: float) -> dict[str, Any]:
+def measure(
+    spark, settings: Settings, events: Dataset, workdir: Path, runs: int, rate: int, seconds: float, lead_in_s: float = latency.LEAD_IN_S,
+) -> dict[str, Any]:
     modes = {mode: settings.model_copy(update={"output_transactions": mode}) for mode in MODES}
     throughput: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     for index in range(runs):
@@ -30,7 +32,8 @@ def measure(spark, settings: Settings, events: Dataset, workdir: Path, runs: int
             print(f"  sessions job, transactions {mode}, run {index + 1}/{runs}: {result['rows_per_s']:,} rows/s", flush=True)
     sessions = {mode: median_runs(results) for mode, results in throughput.items()}
     latencies = {
-        mode: latency.measure(spark, mode_settings, workdir, runs, rate, seconds, checkpoint=str(workdir / f"transactions-latency-{mode}"))
+        mode: latency.measure(spark, mode_settings, workdir, runs, rate, seconds, checkpoint=str(workdir / f"transactions-latency-{mode}"),
+                              lead_in_s=lead_in_s)
         for mode, mode_settings in modes.items()
     }
     return {
