@@ -406,7 +406,7 @@ class _TransactionalClient:
 
     @classmethod
     def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
-        producer = Producer({**config, **TRANSACTIONAL_TUNING, "transactional.id": transactional_id})
+        producer = _transactional_producer(config, transactional_id)
         client = cls(transactional_id, producer, _group(transactional_id, group_config), marker)
         _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
         return client
@@ -460,6 +460,11 @@ def _identity(config: ClientConfig) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+def _transactional_producer(config: ClientConfig, transactional_id: str) -> Producer:
+    """A producer for ``transactional_id``, tuned as every transactional producer here is."""
+    return Producer({**config, **TRANSACTIONAL_TUNING, "transactional.id": transactional_id})
+
+
 def _producer(config: ClientConfig) -> Producer:
     identity = _identity(config)
     producer = _producers.get(identity)
@@ -490,13 +495,7 @@ def transactions_problem(settings: Any) -> str | None:
     config = producer_config(settings)
     identity = _identity(config)
     if identity not in _probed:
-        probe = Producer(
-            {
-                **config,
-                **TRANSACTIONAL_TUNING,
-                "transactional.id": f"streamstate.probe.{uuid.uuid4().hex}",
-            }
-        )
+        probe = _transactional_producer(config, f"streamstate.probe.{uuid.uuid4().hex}")
         try:
             probe.init_transactions(PROBE_TIMEOUT_S)
             _probed[identity] = None
