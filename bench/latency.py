@@ -6,7 +6,7 @@ points with injected anomalies at a fixed rate, each stamped with the wall clock
 generated, which is when it is produced. A consumer on the alerts topic takes each anomaly
 alert's arrival time; latency = arrival - the alert's ``ts`` (its point's produce time).
 A warm-up burst (query planning, first batches) is discarded. Then one producer runs without
-a pause for a lead-in (a minute by default) and ``runs`` periods back to back, so that the
+a pause for a lead-in (a minute unless ``--latency-lead-in`` says otherwise) and ``runs`` periods back to back, so that the
 figure is the steady state under continuous input, as a running job sees it: a batch then
 holds what arrived while the one before it ran, and a slower batch makes the next one bigger.
 (Bursts with an idle catch-up between them gave a p50 of 1.9 s where an hour's steady input
@@ -40,7 +40,6 @@ from streamstate.topics import create_topics
 # (spark, the run's settings, checkpoint) -> the running query whose alerts are timed
 StartQuery = Callable[[Any, Settings, str], Any]
 
-LEAD_IN_S = 60.0
 SERIES = 500  # 10 points/s per series at 5,000/s: a series is past its learning period within seconds
 ANOMALY_RATE = 0.002
 
@@ -135,8 +134,7 @@ def start_anomalies_job(spark, settings: Settings, checkpoint: str):
 
 def measure(
     spark, settings: Settings, workdir: Path, runs: int, rate: int = 5_000, seconds: float = 15.0,
-    trigger: str = "250 milliseconds", checkpoint: str | None = None, start: StartQuery | None = None,
-    lead_in_s: float = LEAD_IN_S,
+    trigger: str = "250 milliseconds", checkpoint: str | None = None, start: StartQuery | None = None, *, lead_in_s: float,
 ) -> dict[str, Any]:
     """p50/p99 produce-to-alert latency at ``rate`` points/s, per period and their medians
     (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location), of the anomalies
@@ -216,7 +214,7 @@ def phase_medians(batches: list[dict[str, int]]) -> dict[str, float]:
 
 
 def measure_with_floors(
-    spark, settings: Settings, workdir: Path, runs: int, rate: int, seconds: float, lead_in_s: float = LEAD_IN_S,
+    spark, settings: Settings, workdir: Path, runs: int, rate: int, seconds: float, lead_in_s: float,
 ) -> dict[str, Any]:
     """:func:`measure` of the anomalies job, then of its floors (:mod:`bench.latency_floor`) under
     the same input, one after the other in this run."""

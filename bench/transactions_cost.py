@@ -21,7 +21,7 @@ MODES = ("on", "off")
 
 
 def measure(
-    spark, settings: Settings, events: Dataset, workdir: Path, runs: int, rate: int, seconds: float, lead_in_s: float = latency.LEAD_IN_S,
+    spark, settings: Settings, events: Dataset, workdir: Path, runs: int, rate: int, seconds: float, lead_in_s: float,
 ) -> dict[str, Any]:
     modes = {mode: settings.model_copy(update={"output_transactions": mode}) for mode in MODES}
     throughput: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
