@@ -37,10 +37,10 @@ images: deps                    ## the compose stack's images, built here (start
 	bash infra/deps/install-mc.sh
 	bash infra/docker/build-images.sh
 
-broker-deps: setup              ## Apache Kafka's jars, Spark's Kafka connector and the local checkpoint file system (cached in .deps/)
+broker-deps: setup              ## Apache Kafka's jars, Spark's Kafka connector and the checkpoint classes of spark-jobs/jvm/ (cached in .deps/)
 	bash infra/deps/install-spark-jars.sh
 	bash infra/deps/install-kafka.sh
-	bash infra/deps/install-local-fs.sh
+	bash infra/deps/install-checkpoint-io.sh
 
 deps: broker-deps               ## and MinIO, for s3a:// checkpoints (PROFILE=production, the tests)
 	bash infra/deps/install-minio.sh

@@ -173,7 +173,7 @@ def spark(stack, tmp_path_factory):
     from streamstate.stack import binaries
 
     with contextlib.suppress(binaries.DependencyMissing):  # then test_local_file_system fails, and only it
-        binaries.local_fs_jar()
+        binaries.checkpoint_io_jar()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = stack.settings
     session = build_spark(settings, app_name="streamstate-tests", spark__ui__enabled="false")

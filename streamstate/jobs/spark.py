@@ -30,6 +30,9 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 # spark-jobs/jvm/: Hadoop's local file system without a chmod or readlink process per file.
 LOCAL_FILE_SYSTEM = "io.streamstate.hadoop.NioLocalFileSystem"
 LOCAL_ABSTRACT_FILE_SYSTEM = "io.streamstate.hadoop.NioLocalFs"
+# spark-jobs/jvm/: one PUT per checkpoint file on S3A instead of a write, a copy and a delete.
+CHECKPOINT_FILE_MANAGER = "io.streamstate.hadoop.SinglePutCheckpointFileManager"
+CHECKPOINT_FILE_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 CLASSPATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
 LAUNCHER = "streamstate-spark-python"
 
@@ -134,7 +137,7 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config(key, value)
     starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
     if starts_jvm and is_local_master(master):
-        for key, value in local_file_system_conf(binaries.local_fs_jar(install=False), master, conf).items():
+        for key, value in checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, conf).items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -143,20 +146,31 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     return spark
 
 
-def local_file_system_conf(jar: Path | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
-    """Local checkpoints through ``spark-jobs/jvm/`` when its jar is installed and the master is local.
+def checkpoint_io_conf(jar: Path | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """Checkpoints through ``spark-jobs/jvm/`` when its jar is installed and the master is local.
 
-    Without Hadoop's native library its local file system forks ``chmod`` for every file it
-    creates and ``readlink`` for every rename, several per batch, each costing a batch tens of
-    milliseconds on 2 cores (docs/profile.md). The class must be on the JVM's own classpath
-    (``spark.jars`` come too late for a ``file:`` file system), so this applies only where
-    this process starts the JVM, and only on a local master, whose executors run on this
-    machine; a caller's classpath is kept, and a caller's own file system classes win.
+    Two classes of that jar take part (docs/profile.md says what each saved):
+
+    - the local file system: without Hadoop's native library Hadoop's forks ``chmod`` for
+      every file it creates and ``readlink`` for every rename, several per batch, each costing
+      a batch tens of milliseconds on 2 cores;
+    - the checkpoint file manager: on S3A each checkpoint file is one PUT of its final name
+      instead of a temporary object copied into place; elsewhere it is Spark's own.
+
+    The classes must be on the JVM's own classpath (``spark.jars`` come too late for a
+    ``file:`` file system), so this applies only where this process starts the JVM, and only
+    on a local master, whose executors run on this machine; a caller's classpath is kept, and
+    a caller's own classes for these keys win.
     """
     if jar is None or not is_local_master(master):
         return {}
     result = {key: os.pathsep.join(filter(None, (conf.get(key), str(jar)))) for key in CLASSPATH_KEYS}
-    for key, value in (("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM), ("spark.hadoop.fs.AbstractFileSystem.file.impl", LOCAL_ABSTRACT_FILE_SYSTEM)):
+    chosen = (
+        ("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM),
+        ("spark.hadoop.fs.AbstractFileSystem.file.impl", LOCAL_ABSTRACT_FILE_SYSTEM),
+        (CHECKPOINT_FILE_MANAGER_KEY, CHECKPOINT_FILE_MANAGER),
+    )
+    for key, value in chosen:
         if key not in conf:
             result[key] = value
     return result

@@ -24,8 +24,8 @@ from streamstate.errors import ConfigurationError
 VERSIONS_FILE = REPO_ROOT / "infra" / "versions.env"
 SCRIPTS = REPO_ROOT / "infra" / "deps"
 DEPS_DIR = REPO_ROOT / ".deps"  # infra/deps/common.sh installs here
-COMPONENTS = ("spark-jars", "kafka", "minio", "local-fs")
-LOCAL_FS_JAR = "streamstate-local-fs.jar"
+COMPONENTS = ("spark-jars", "kafka", "minio", "checkpoint-io")
+CHECKPOINT_IO_JAR = "streamstate-checkpoint-io.jar"
 
 
 class DependencyMissing(ConfigurationError, RuntimeError):
@@ -52,7 +52,7 @@ def _install_dir(component: str) -> Path:
         "spark-jars": f"spark-jars-{v['SPARK_VERSION']}",
         "kafka": f"kafka-{v['KAFKA_VERSION']}",
         "minio": f"minio-{v['MINIO_RELEASE']}",
-        "local-fs": f"local-fs-{v['SPARK_VERSION']}",
+        "checkpoint-io": f"checkpoint-io-{v['SPARK_VERSION']}",
     }[component]
     return DEPS_DIR / name
 
@@ -86,13 +86,13 @@ def spark_jars(install: bool = True) -> list[Path]:
     return sorted(folder.glob("*.jar"))
 
 
-def local_fs_jar(install: bool = True) -> Path | None:
+def checkpoint_io_jar(install: bool = True) -> Path | None:
     """The jar of ``spark-jobs/jvm/`` (None when not installed and ``install`` is False, as in
     an installed package outside a source checkout, which has no ``infra/versions.env``)."""
-    if not install and not (VERSIONS_FILE.is_file() and installed("local-fs")):
+    if not install and not (VERSIONS_FILE.is_file() and installed("checkpoint-io")):
         return None
-    folder = ensure("local-fs") if install else _install_dir("local-fs")
-    return folder / LOCAL_FS_JAR
+    folder = ensure("checkpoint-io") if install else _install_dir("checkpoint-io")
+    return folder / CHECKPOINT_IO_JAR
 
 
 def kafka_classpath() -> str:

@@ -234,7 +234,7 @@ class EmbeddedStack:
         bootstrap = self.kafka.bootstrap
         jars = self.settings.spark_jars or ",".join(str(jar) for jar in binaries.spark_jars())
         try:
-            binaries.local_fs_jar()  # the jobs' session builder finds it installed
+            binaries.checkpoint_io_jar()  # the jobs' session builder finds it installed
         except binaries.DependencyMissing as exc:
             self.say(f"{exc}; local checkpoints keep Hadoop's file system (slower, the same files)")
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap, "spark_jars": jars})
