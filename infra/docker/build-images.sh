@@ -63,7 +63,7 @@ fi
 
 # --- 2. the base image -----------------------------------------------------------------
 context="$(stage base)"
-cp "$HERE/base/Dockerfile" "$HERE/base/sources.list" "$context/"
+cp "$HERE/base/Dockerfile" "$HERE/base/sources.list" "$HERE/base/apt-docker-clean" "$context/"
 # This machine's CA certificates that Debian's stock bundle lacks, one file each.
 python3 "$HERE/extra_ca_certificates.py" /etc/ssl/certs/ca-certificates.crt "$context/ca-certificates"
 build streamstate-base:bookworm "$context"

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.stack.launcher import free_port
 from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, compose_defaults
@@ -251,6 +252,10 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     for job in ("sessions", "anomalies"):
         for part in ("offsets", "commits", "state"):
             assert f"{job}/{part}/" in listing, f"no {part} of {job} in s3a://{bucket}/checkpoints:\n{listing[:2000]}"
+    # ...written through spark-jobs/jvm/'s manager, one PUT a file (a class Spark could not load would have failed the jobs).
+    defaults = stack.cli("exec", "-T", "sessions-job", "sh", "-c",
+                         'ls "$SPARK_HOME/jars/streamstate-checkpoint-io.jar" && cat "$SPARK_HOME/conf/spark-defaults.conf"')
+    assert [CHECKPOINT_FILE_MANAGER_KEY, CHECKPOINT_FILE_MANAGER] in [line.split() for line in defaults.splitlines()], defaults
 
     # The worker's and the broker's kills failed tasks mid-write: their transactions were aborted.
     assert outputs.duplicates() == {}, f"a read_committed consumer sees records twice: {outputs.duplicates()}"
