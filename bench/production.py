@@ -6,7 +6,9 @@ The same protocol and the same fixed-seed datasets as the embedded figures
 (:mod:`bench.sessions_throughput`, :mod:`bench.anomalies_throughput`, :mod:`bench.latency`),
 in the same run and the same SparkSession (which carries the connector and S3A jars), so the
 two sets of rows sit side by side. Both profiles run the same broker and connector and differ
-only in where checkpoints go: here s3a:// in MinIO instead of the local disk. The broker (a
+only in where checkpoints go: here s3a:// in MinIO instead of the local disk. The latency
+is measured again with Spark's own checkpoint file manager in place of spark-jobs/jvm/'s:
+one PUT per checkpoint file against Spark's copy into place, side by side. The broker (a
 second one of the same build, so the datasets start on fresh topics) and MinIO are the
 production profile's native servers (:class:`streamstate.stack.launcher.EmbeddedStack` with
 :data:`streamstate.stack.profiles.PRODUCTION`), started for this figure and stopped after it.
@@ -19,18 +21,20 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench import latency
 from bench.anomalies_throughput import anomalies_job_once
 from bench.dataset import produce_metrics, produce_user_events
 from bench.measure import broker_description, connector_description, repeat
 from bench.sessions_throughput import sessions_job_once
+from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
 from streamstate.stack.profiles import PRODUCTION
 from streamstate.settings import Settings
 from streamstate.stack.launcher import EmbeddedStack
 
 BUCKET = "streamstate"
+SPARK_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
 
 
 def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed: int, warm_up_events: int) -> dict[str, Any]:
@@ -65,7 +69,7 @@ def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed
         sessions_job_once(spark, settings, warm_events, checkpoint("warm-up-sessions"))
         anomalies_job_once(spark, settings, warm_points, checkpoint("warm-up-anomalies"))
 
-        return {
+        figures = {
             "broker": broker_description(),
             "kafka_connector": connector_description(spark),
             "checkpoints": f"s3a:// in MinIO {_version('MINIO_RELEASE')} (native, loopback)",
@@ -77,8 +81,24 @@ def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed
             "latency": latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds,
                                        checkpoint=checkpoint("latency"), lead_in_s=args.latency_lead_in),
         }
+        if spark.conf.get(CHECKPOINT_FILE_MANAGER_KEY, None) == CHECKPOINT_FILE_MANAGER:
+            print("  the same latency with Spark's checkpoint file manager (each file copied into place):", flush=True)
+            figures["latency_spark_file_manager"] = _with_spark_file_manager(
+                spark, lambda: latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds,
+                                               checkpoint=checkpoint("latency-spark-manager"), lead_in_s=args.latency_lead_in))
+        return figures
     finally:
         stack.stop()
+
+
+def _with_spark_file_manager(spark, once: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``once()`` with Spark's own checkpoint file manager (each file copied into place on S3)
+    for the query it starts, where the session otherwise has spark-jobs/jvm/'s (one PUT a file)."""
+    spark.conf.set(CHECKPOINT_FILE_MANAGER_KEY, SPARK_FILE_MANAGER)
+    try:
+        return once()
+    finally:
+        spark.conf.set(CHECKPOINT_FILE_MANAGER_KEY, CHECKPOINT_FILE_MANAGER)
 
 
 def _version(key: str) -> str:

@@ -151,9 +151,9 @@ def checkpoint_io_conf(jar: Path | None, master: str, conf: Mapping[str, str]) -
 
     Two classes of that jar take part (docs/profile.md says what each saved):
 
-    - the local file system: without Hadoop's native library Hadoop's forks ``chmod`` for
-      every file it creates and ``readlink`` for every rename, several per batch, each costing
-      a batch tens of milliseconds on 2 cores;
+    - the local file system: Hadoop's, without its native library, forks ``chmod`` for every
+      file it creates and ``readlink`` for every rename, several per batch, each costing a
+      batch tens of milliseconds on 2 cores;
     - the checkpoint file manager: on S3A each checkpoint file is one PUT of its final name
       instead of a temporary object copied into place; elsewhere it is Spark's own.
 
