@@ -167,12 +167,12 @@ def new_stream(kinesis_settings):
 @pytest.fixture(scope="session")
 def spark(stack, tmp_path_factory):
     """One SparkSession (local[2], RocksDB state store) for every Spark test, with Spark's
-    Kafka connector and S3A jars (the stack's settings carry them) and the local checkpoint
-    file system of spark-jobs/jvm/ (installed here if `make test` has not)."""
+    Kafka connector and S3A jars (the stack's settings carry them) and the checkpoint classes
+    of spark-jobs/jvm/ (installed here if `make test` has not)."""
     from streamstate.jobs.spark import build_spark
     from streamstate.stack import binaries
 
-    with contextlib.suppress(binaries.DependencyMissing):  # then test_local_file_system fails, and only it
+    with contextlib.suppress(binaries.DependencyMissing):  # then the tests of spark-jobs/jvm/'s classes fail, and only they
         binaries.checkpoint_io_jar()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = stack.settings
