@@ -63,6 +63,10 @@ def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed
         def checkpoint(name: str) -> str:
             return f"s3a://{BUCKET}/bench/{name}-{uuid.uuid4().hex[:8]}"
 
+        def measure_latency(name: str) -> dict[str, Any]:
+            return latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds,
+                                   checkpoint=checkpoint(name), lead_in_s=args.latency_lead_in)
+
         # The first batches on s3a:// checkpoints pay S3A's class loading and connection pool: discarded.
         warm_events = produce_user_events(bootstrap, "bench-warm-up-user-events", warm_up_events, warm_up_events // 10, seed + 1)
         warm_points = produce_metrics(bootstrap, "bench-warm-up-metrics", warm_up_events, warm_up_events // 100, seed + 1)
@@ -78,14 +82,11 @@ def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed
                                    lambda i: sessions_job_once(spark, settings, events, checkpoint(f"sessions-{i}"))),
             "anomalies_job": repeat(args.runs, "anomalies job (s3a:// checkpoints in MinIO)",
                                     lambda i: anomalies_job_once(spark, settings, points, checkpoint(f"anomalies-{i}"))),
-            "latency": latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds,
-                                       checkpoint=checkpoint("latency"), lead_in_s=args.latency_lead_in),
+            "latency": measure_latency("latency"),
         }
         if spark.conf.get(CHECKPOINT_FILE_MANAGER_KEY, None) == CHECKPOINT_FILE_MANAGER:
             print("  the same latency with Spark's checkpoint file manager (each file copied into place):", flush=True)
-            figures["latency_spark_file_manager"] = _with_spark_file_manager(
-                spark, lambda: latency.measure(spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds,
-                                               checkpoint=checkpoint("latency-spark-manager"), lead_in_s=args.latency_lead_in))
+            figures["latency_spark_file_manager"] = _with_spark_file_manager(spark, lambda: measure_latency("latency-spark-manager"))
         return figures
     finally:
         stack.stop()

@@ -59,6 +59,15 @@ FLOOR_LABELS = {
 }
 
 
+def _p50_p99(p50_ms: float, p99_ms: float) -> str:
+    return f"{p50_ms:,.0f} / {p99_ms:,.0f} ms"
+
+
+def _median_p50_p99(latency: dict[str, Any]) -> str:
+    """A latency measurement's figure: the medians of its periods' p50 and p99."""
+    return _p50_p99(latency["median_p50_ms"], latency["median_p99_ms"])
+
+
 def _median_batch(latency: dict[str, Any]) -> str | None:
     """The median batch (``triggerExecution``) of a latency measurement, None before phases were kept."""
     phases = latency.get("batch_phase_medians_ms", {})
@@ -75,7 +84,7 @@ def _latency_floor_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     for name, floor in f.get("floors", {}).items():
         label, setup = FLOOR_LABELS[name]
         batch = _median_batch(floor)
-        result = f"{floor['median_p50_ms']:,.0f} / {floor['median_p99_ms']:,.0f} ms" + ("" if batch is None else f", batch {batch}")
+        result = _median_p50_p99(floor) + ("" if batch is None else f", batch {batch}")
         rows.append((f"{label}, p50 / p99", result, "", setup))
     return rows
 
@@ -117,10 +126,10 @@ def _file_manager_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ours = f["latency"]
     return [
         ("Event-to-alert latency, production path, p50 / p99: one PUT per checkpoint file",
-         f"{ours['median_p50_ms']:,.0f} / {ours['median_p99_ms']:,.0f} ms, checkpoint writes {_checkpoint_writes_ms(ours):,.0f} ms a batch",
+         f"{_median_p50_p99(ours)}, checkpoint writes {_checkpoint_writes_ms(ours):,.0f} ms a batch",
          "", "spark-jobs/jvm/'s SinglePutCheckpointFileManager (the production path above)"),
         ("... with Spark's checkpoint file manager",
-         f"{theirs['median_p50_ms']:,.0f} / {theirs['median_p99_ms']:,.0f} ms, checkpoint writes {_checkpoint_writes_ms(theirs):,.0f} ms a batch",
+         f"{_median_p50_p99(theirs)}, checkpoint writes {_checkpoint_writes_ms(theirs):,.0f} ms a batch",
          "", "each file written to a temporary object and copied into place; same run, same input"),
     ]
 
@@ -165,7 +174,7 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         lead_in = f.get("lead_in", {})
         if "p50_ms" in lead_in:
             rows.append((f"Event-to-alert latency in the lead-in (the job's first {f['lead_in_s']:.0f}s under load), p50 / p99",
-                         f"{lead_in['p50_ms']:,.0f} / {lead_in['p99_ms']:,.0f} ms", "", ""))
+                         _p50_p99(lead_in["p50_ms"], lead_in["p99_ms"]), "", ""))
         rows += _latency_floor_rows(f)
     rows += _production_rows(figures, "latency")
     if "transactions" in figures and "error" not in figures["transactions"]:
@@ -226,8 +235,7 @@ def _transaction_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
          f"{on['median_rows_per_s']:,.0f}/s / {off['median_rows_per_s']:,.0f}/s = {f['ratio_throughput_on_vs_off']:.2f}x", "",
          "same dataset, runs alternating between the modes"),
         ("Event-to-alert p50 / p99, transactions on vs off",
-         f"{lat_on['median_p50_ms']:,.0f} / {lat_on['median_p99_ms']:,.0f} ms vs {lat_off['median_p50_ms']:,.0f} / "
-         f"{lat_off['median_p99_ms']:,.0f} ms", "", "a read_committed consumer times the alerts in both"),
+         f"{_median_p50_p99(lat_on)} vs {_median_p50_p99(lat_off)}", "", "a read_committed consumer times the alerts in both"),
     ]
 
 

@@ -103,14 +103,19 @@ def profile_topic(profile_stack):
     return _topic_factory(profile_stack.settings.bootstrap_servers)
 
 
+def reaching_object_store(spark, stack: EmbeddedStack):
+    """``spark``, able to reach ``stack``'s object store (S3A) when it has one."""
+    from streamstate.jobs.spark import configure_s3a
+
+    if stack.s3_credentials is not None:
+        configure_s3a(spark, stack.settings, stack.s3_credentials.env())
+    return spark
+
+
 @pytest.fixture
 def profile_spark(spark, profile_stack):
     """The shared SparkSession, able to reach the profile's object store (S3A) when it has one."""
-    from streamstate.jobs.spark import configure_s3a
-
-    if profile_stack.s3_credentials is not None:
-        configure_s3a(spark, profile_stack.settings, profile_stack.s3_credentials.env())
-    return spark
+    return reaching_object_store(spark, profile_stack)
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ import uuid
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, configure_s3a
-from tests.conftest import BUCKET
+from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER
+from tests.conftest import BUCKET, reaching_object_store
 
 pytestmark = pytest.mark.spark
 
@@ -23,8 +23,7 @@ CONTENT = b"v1\n{\"batchWatermarkMs\":0}\n" * 64
 def manager(request, spark, tmp_path):
     """(jvm, manager, folder, writes_in_place) over the session's own Hadoop configuration."""
     if request.param == "s3a":
-        production_stack = request.getfixturevalue("production_stack")
-        configure_s3a(spark, production_stack.settings, production_stack.s3_credentials.env())
+        reaching_object_store(spark, request.getfixturevalue("production_stack"))
         folder = f"s3a://{BUCKET}/tests/file-manager-{uuid.uuid4().hex[:8]}"
     else:
         folder = f"file://{tmp_path}/checkpoint"
