@@ -14,8 +14,10 @@ rule itself lives in the rules module; this file is the wiring and the job's dec
 from __future__ import annotations
 
 import collections
+import operator
 import typing
 from functools import partial
+from sys import intern
 from typing import Any, Mapping
 
 from pyspark.sql import DataFrame
@@ -32,10 +34,16 @@ from streamstate.kinds import Kind
 from streamstate.settings import Settings
 from streamstate.state import Emit, State, StateSpec
 
-def _arrivals(events: list[dict[str, Any]]):
-    # Arrival (offset) order, so that the first of two copies of an event wins.
-    for e in sorted(events, key=lambda e: (e["partition"], e["offset"])):
-        yield e["ts"], e["event_id"], e["type"], e["amount"], (e["topic"], e["partition"], e["offset"], e["kafka_ts"])
+_ARRIVAL_ORDER = operator.itemgetter("partition", "offset")
+
+
+def _arrivals(events: list[dict[str, Any]]) -> list[tuple]:
+    # Arrival (offset) order, so that the first of two copies of an event wins. The type and
+    # topic names are interned: a state then pickles each once, not once per pending event.
+    return [
+        (e["ts"], e["event_id"], intern(e["type"]), e["amount"], (intern(e["topic"]), e["partition"], e["offset"], e["kafka_ts"]))
+        for e in sorted(events, key=_ARRIVAL_ORDER)
+    ]
 
 
 def _count(counter: str, n: int) -> Emit:

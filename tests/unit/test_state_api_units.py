@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from streamstate.state import State, StateSpec, StateTypeError, StateUsageError, duration_ms
 from streamstate.state.tester import StateTester, by_key, run_map_with_state, run_update_state_by_key
+from streamstate.state.keyrun import OFFSET, PARTITION, TIME, Plan, sort_records
 from streamstate.state.state import StateCodec, one_line
 
 
@@ -142,3 +143,17 @@ def test_batching_does_not_change_per_record_results(records, size):
         return {k: [r for r in seq if r[0] != "snapshot"] for k, seq in by_key(rows).items()}
 
     assert outputs(whole) == outputs(batched)
+
+
+_POSITION = st.one_of(st.none(), st.integers(0, 3))
+
+
+@given(st.lists(st.tuples(_POSITION, _POSITION, _POSITION), max_size=12))
+def test_records_sort_in_event_time_then_source_order_whatever_is_missing(cells):
+    # The fast sort must give exactly the documented order, missing values included: no event
+    # time last, a missing partition or offset as 0, ties in arrival order.
+    rows = [("k", i, time, "t", partition, offset) for i, (time, partition, offset) in enumerate(cells)]
+    plan = Plan.of(StateSpec.batch_function(lambda k, v, s: None).event_time("ts"))
+    sorted_rows = list(rows)
+    sort_records(plan, sorted_rows)
+    assert sorted_rows == sorted(rows, key=lambda r: (r[TIME] is None, r[TIME] or 0, r[PARTITION] or 0, r[OFFSET] or 0))

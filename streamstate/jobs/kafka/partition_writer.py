@@ -49,6 +49,7 @@ from streamstate.errors import JobError
 from streamstate.jobs.declaration import count_key
 from streamstate.kafka_clients import ClientConfig, connection, producer_config
 from streamstate.kinds import Kind
+from streamstate.state.packing import python_values
 
 # A task's summary: one row per (kind, alert kind, dead-letter stage, counter) with its rows and
 # counter total, and one row per payload a gauge reads (rows 0).
@@ -217,7 +218,7 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
     try:
         for batch in batches:
             plan.check(batch)
-            for kind, key, payload in zip(*(batch.column(name).to_pylist() for name in ("kind", "key", "payload")), strict=True):
+            for kind, key, payload in zip(*(python_values(batch.column(name)) for name in ("kind", "key", "payload")), strict=True):
                 if kind == Kind.COUNT:
                     counted = groups.setdefault((kind, None, None, key), [0, 0])
                     counted[0] += 1
