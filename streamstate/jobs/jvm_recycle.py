@@ -60,9 +60,15 @@ def descendants(pid: int) -> list[int]:
     while frontier:
         parent = frontier.pop()
         try:
-            children = [int(c) for task in Path(f"/proc/{parent}/task").iterdir() for c in (task / "children").read_text().split()]
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
         except OSError:
-            continue
+            continue  # the process has gone
+        children = []
+        for task in tasks:
+            try:
+                children += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue  # a thread that ended meanwhile (the JVM's come and go) hides only its own children
         found += children
         frontier += children
     return found
