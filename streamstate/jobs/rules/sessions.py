@@ -40,10 +40,10 @@ Alerts (each at most once per session, id derived from kind, user and event time
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import math
 import operator
-from hashlib import blake2b
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -100,12 +100,13 @@ def new_state() -> dict[str, Any]:
 ID_HASH_BITS = 128
 
 
-_ID_HASH_BYTES = ID_HASH_BITS // 8
-
-
 def id_hash(event_id: str) -> bytes:
     """128 bits of the id: what de-duplication remembers (ids may be up to 1,024 characters)."""
-    return blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=_ID_HASH_BYTES).digest()
+    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=ID_HASH_BITS // 8).digest()
+
+
+def _legacy_id_hash(event_id: str) -> bytes:
+    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
 @dataclass
@@ -141,16 +142,16 @@ def admit(state: dict[str, Any], events: Iterable[Event], watermark_ms: int | No
     seen = state["seen"]
     legacy = state.get("seen_bits") != ID_HASH_BITS
     pending = state["pending"]
-    # One loop without helper calls: admission is a third of a user's cost in the sessions job.
-    # An accepted event is held until the watermark settles it, its id remembered with its time.
+    # The state's fields are kept in locals and set once: admission is a third of a user's cost
+    # in the sessions job. An accepted event is held until the watermark settles it, its id
+    # remembered with its time.
     floor, latest, has_floor = state.get("seen_floor"), state["ts"], "seen_floor" in state
     accepted = 0
     for event in events:
         ts, event_id, event_type, amount = event[:4]
         source = event[4] if len(event) > 4 else None
-        encoded = event_id.encode("utf-8", "surrogatepass")
-        hashed = blake2b(encoded, digest_size=_ID_HASH_BYTES).digest()
-        if hashed in seen or (legacy and blake2b(encoded, digest_size=8).digest() in seen):
+        hashed = id_hash(event_id)
+        if hashed in seen or (legacy and _legacy_id_hash(event_id) in seen):
             admitted.duplicates += 1
         elif watermark_ms is not None and ts <= watermark_ms:
             late = [ts, event_id, event_type, amount, None if source is None else list(source)]
