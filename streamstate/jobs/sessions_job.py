@@ -32,17 +32,22 @@ from streamstate.jobs.runner import job_main
 from streamstate.jobs.validation import dead_letter_row, good_rows, validate
 from streamstate.kinds import Kind
 from streamstate.settings import Settings
-from streamstate.state import Emit, State, StateSpec
+from streamstate.state import Columns, Emit, State, StateSpec
 
-_ARRIVAL_ORDER = operator.itemgetter("partition", "offset")
+_ARRIVAL_ORDER = operator.itemgetter(0, 1)  # (partition, offset)
 
 
-def _arrivals(events: list[dict[str, Any]]) -> list[tuple]:
+def _arrivals(events: Columns) -> list[tuple]:
     # Arrival (offset) order, so that the first of two copies of an event wins. The type and
     # topic names are interned: a state then pickles each once, not once per pending event.
+    arrived = sorted(
+        zip(events["partition"], events["offset"], events["ts"], events["event_id"], events["type"], events["amount"],
+            events["topic"], events["kafka_ts"]),
+        key=_ARRIVAL_ORDER,
+    )
     return [
-        (e["ts"], e["event_id"], intern(e["type"]), e["amount"], (intern(e["topic"]), e["partition"], e["offset"], e["kafka_ts"]))
-        for e in sorted(events, key=_ARRIVAL_ORDER)
+        (ts, event_id, intern(kind), amount, (intern(topic), partition, offset, kafka_ts))
+        for partition, offset, ts, event_id, kind, amount, topic, kafka_ts in arrived
     ]
 
 
@@ -50,8 +55,8 @@ def _count(counter: str, n: int) -> Emit:
     return Emit(Kind.COUNT, counter, str(n))
 
 
-def on_user(rule: sessions.SessionRule, user_id: str, events: list[dict[str, Any]], state: State):
-    """Batch function: hold the user's new events, settle what the watermark allows."""
+def on_user(rule: sessions.SessionRule, user_id: str, events: Columns, state: State):
+    """Columnar function: hold the user's new events, settle what the watermark allows."""
     watermark = state.watermark_ms if state.watermark_ms >= 0 else None
     current = state.get() if state.exists() else sessions.new_state()
     admitted = sessions.admit(current, _arrivals(events), watermark)
@@ -92,7 +97,7 @@ STATE_COLUMNS = ("user_id", "ts", "event_id", "type", "amount", "topic", "partit
 def state_spec(settings: Settings) -> StateSpec:
     rule = sessions.SessionRule.from_settings(settings)
     return (
-        StateSpec.batch_function(partial(on_user, rule))
+        StateSpec.columnar_function(partial(on_user, rule))
         .event_time("ts")
         .snapshots(partial(user_snapshot, rule))
         .buckets(settings.bucket_count)

@@ -39,6 +39,7 @@ from streamstate.kinds import Kind
 from streamstate.jobs.rules.dead_letters import coordinates_key
 from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
 from streamstate.state import Emit, StateResult, StateSpec
+from streamstate.state.columns import Columns
 from streamstate.state.keyrun import INPUT_COLUMNS, TIME
 from streamstate.state.operators import map_packed
 from streamstate.state.packing import BLOB, BUCKET, LATEST, PACKED_WITH_LATEST_SCHEMA, pack
@@ -199,11 +200,11 @@ def map_validated(
     Python pass per batch. The event-time watermark on ``spec``'s event-time column (one of
     ``columns``, epoch ms) is defined on each blob's latest event time, which gives the same
     watermark as on the rows.
-    Valid rows reach ``spec``'s batch function; invalid ones come out of the same operator as
-    contract dead letters.
+    Valid rows reach ``spec``'s batch (or columnar) function; invalid ones come out of the same
+    operator as contract dead letters.
     """
     if spec.per_record:
-        raise ValueError("map_validated needs a StateSpec.batch_function")
+        raise ValueError("map_validated needs a StateSpec.batch_function or StateSpec.columnar_function")
     if spec.event_time_column is not None and spec.event_time_column not in columns:
         raise ValueError(f"event-time column {spec.event_time_column!r} is not among the columns {list(columns)}")
     layout = RowLayout(key, (*columns, *DEAD_LETTER_COLUMNS), spec.event_time_column, spec.bucket_count, spec.bucket_labels)
@@ -256,15 +257,16 @@ def _validating_packer(model: type[UserEvent] | type[Metric], schema: T.StructTy
     return validate_and_pack
 
 
-def with_dead_letters(func: Callable[[Any, list, Any], Any]) -> Callable[[Any, list, Any], Any]:
-    """A job's batch function that also turns the invalid records' group into dead letters.
+def with_dead_letters(func: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    """A job's batch (or columnar) function that also turns the invalid records' group into dead
+    letters.
 
     That group never reads or writes state, so invalid input leaves every key's state unchanged.
     """
 
-    def run(key: Any, rows: list, state: Any) -> Any:
+    def run(key: Any, rows: list | Columns, state: Any) -> Any:
         if key == INVALID_RECORDS_KEY:
-            return [contract_dead_letter(row) for row in rows]
+            return [contract_dead_letter(row) for row in (rows.rows() if isinstance(rows, Columns) else rows)]
         return func(key, rows, state)
 
     return run

@@ -26,6 +26,7 @@ per-key timers in processing or event time and an initial-state input, which the
 Public API::
 
     from streamstate.state import StateSpec, State, Emit, map_with_state, update_state_by_key, StateTypeError
+    from streamstate.state import Columns   # what a StateSpec.columnar_function gets
     from streamstate.state.tester import StateTester   # run a spec in memory, without Spark
 
     # The DStream window family, on the same engine (streamstate.state.windows: the pure logic)
@@ -33,6 +34,7 @@ Public API::
     from streamstate.state.window_tester import WindowTester
 """
 
+from streamstate.state.columns import Columns
 from streamstate.state.operators import StateResult, map_with_state, update_state_by_key
 from streamstate.state.outputs import Emit
 from streamstate.state.spec import StateSpec, duration_ms
@@ -48,6 +50,7 @@ from streamstate.state.window_operators import (
 from streamstate.state.windows import WindowError
 
 __all__ = [
+    "Columns",
     "Emit",
     "State",
     "StateResult",

@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol
 
+from streamstate.state.columns import ROW_VALUES, ValueSource
 from streamstate.state.keyrun import KeyRun, Plan
 from streamstate.state.state import describe_key
 
@@ -125,6 +126,7 @@ class Bucket:
     visit: int = 0
     called_all_at: int | None = None  # every-batch mode: the batch time of the last visit that called every key
     rows: list[tuple] = field(default_factory=list)
+    values: ValueSource = ROW_VALUES  # where the visit's records' values are read
     _seen: set = field(default_factory=set)
 
     # ------------------------------------------------------------------ load and save
@@ -160,7 +162,7 @@ class Bucket:
     def _run(self, key: Any) -> tuple[KeyRun, list | None]:
         entry = self._entry(key)
         text, deadline = (None, None) if entry is None else (entry[TEXT], entry[DEADLINE])
-        return KeyRun(self.plan, key, text, deadline, self.watermark_ms, self.processing_time_ms), entry
+        return KeyRun(self.plan, key, text, deadline, self.watermark_ms, self.processing_time_ms, self.values), entry
 
     def _settle(self, key: Any, run: KeyRun, entry: list | None) -> None:
         """Keep what the run committed, and collect its rows."""
@@ -183,8 +185,10 @@ class Bucket:
             entry[TEXT], entry[DEADLINE], entry[DIRTY] = run.committed, run.deadline, True
         entry[LAST_SEEN] = self.visit
 
-    def apply_records(self, by_key: Iterable[tuple[Any, list[tuple]]]) -> None:
-        """Each key's records of the batch (rows laid out as ``INPUT_COLUMNS``)."""
+    def apply_records(self, by_key: Iterable[tuple[Any, list[tuple]]], values: ValueSource = ROW_VALUES) -> None:
+        """Each key's records of the batch (rows laid out as ``INPUT_COLUMNS``, their values
+        records of ``values``)."""
+        self.values = values
         for key, key_rows in by_key:
             run, entry = self._run(key)
             run.apply_rows(key_rows)

@@ -5,8 +5,9 @@ function to the key's records of the batch (or times the key out), and leaves wh
 (the new stored state and deadline), the snapshot to publish and the result rows. The Spark processor
 runs one per touched key inside a bucket; the unit tests run it directly.
 
-Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.state.operators`;
-result rows are ``OUTPUT_SCHEMA`` tuples, one per output, state snapshot or dead letter.
+Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.state.operators`, the
+value a record of the run's value source (:mod:`streamstate.state.columns`: the value itself,
+or its row in the bucket's Arrow table); result rows are ``OUTPUT_SCHEMA`` tuples, one per output, state snapshot or dead letter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from streamstate.kinds import Kind
+from streamstate.state.columns import NO_VALUES, ROW_VALUES, Columns, ValueSource
 from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
@@ -47,6 +49,7 @@ class Plan:
     snapshot: Any = None  # (key, state | None) -> snapshot payload; default: the state's JSON
     output_limit_bytes: int = 1_000_000
     every_batch: bool = False  # every key in state is called in every batch (updateStateByKey)
+    columnar: bool = False  # the function gets its values as Columns, not a list of dicts
 
     @classmethod
     def of(cls, spec: StateSpec, ordered_by_offset: bool = True) -> Plan:
@@ -62,15 +65,8 @@ class Plan:
             snapshot=spec.snapshot_fn,
             output_limit_bytes=spec.output_limit_bytes,
             every_batch=spec.every_batch,
+            columnar=spec.columnar,
         )
-
-
-def plain(value: Any) -> Any:
-    """Struct values arrive as dicts (from Arrow) or Rows; user functions get dicts."""
-    if type(value) is dict:  # what Arrow gives: the common case, without an attribute lookup
-        return value
-    as_dict = getattr(value, "asDict", None)
-    return as_dict(recursive=True) if as_dict is not None else value
 
 
 def sort_records(plan: Plan, rows: list[tuple]) -> None:
@@ -106,8 +102,12 @@ class KeyRun:
     makes the key's records replay one at a time with a snapshot after each.
     """
 
-    def __init__(self, plan: Plan, key: Any, text: bytes | None, deadline: int | None, watermark_ms: int, processing_time_ms: int):
+    def __init__(
+        self, plan: Plan, key: Any, text: bytes | None, deadline: int | None, watermark_ms: int, processing_time_ms: int,
+        values: ValueSource = ROW_VALUES,
+    ):
         self.plan = plan
+        self.values = values
         self.key = key
         self.key_text = describe_key(key)
         self.started_with = text
@@ -188,7 +188,7 @@ class KeyRun:
     def dead_letter(self, row: tuple | None, reason: str) -> tuple:
         if row is None:
             return (DEAD_LETTER, self.key_text, None, reason, None, None, None)
-        value = dead_letter_value(plain(row[VALUE]))
+        value = dead_letter_value(self.values.row(row[VALUE]))
         return (DEAD_LETTER, self.key_text, value, reason, row[TOPIC], row[PARTITION], row[OFFSET])
 
     def is_late(self, row: tuple) -> bool:
@@ -216,7 +216,13 @@ class KeyRun:
     # ------------------------------------------------------------------ per batch
     def _apply(self, rows: list[tuple], kept_deadline: int | None) -> Exception | None:
         """One call with ``rows`` (one row per call for a per-record function)."""
-        arg = plain(rows[0][VALUE]) if self.plan.per_record else [plain(row[VALUE]) for row in rows]
+        if self.plan.per_record:
+            arg = self.values.row(rows[0][VALUE])
+        elif self.plan.columnar:
+            arg = Columns(self.values, [row[VALUE] for row in rows])
+        else:
+            value_of = self.values.row
+            arg = [value_of(row[VALUE]) for row in rows]
         error = self._call(arg)
         if error is None:
             self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME] for row in rows], kept_deadline))
@@ -236,8 +242,13 @@ class KeyRun:
                 self._rollback(mark)
                 self.rows.append(self.dead_letter(row, one_line(error)))
 
+    def _no_values(self) -> Any:
+        """What a call without records gets: no value, an empty list or empty columns."""
+        return None if self.plan.per_record else NO_VALUES if self.plan.columnar else []
+
     def apply_rows(self, rows: list[tuple]) -> None:
-        sort_records(self.plan, rows)
+        if not self.values.sorted_by_key:
+            sort_records(self.plan, rows)
         if self.plan.late_to_dead_letter:
             on_time = []
             for row in rows:
@@ -263,7 +274,7 @@ class KeyRun:
         goes after it. A timestamp the function set: the call may update, remove or keep the
         state (kept with no timer unless it sets one again)."""
         start = self._mark()
-        error = self._call(None if self.plan.per_record else [], timer=True)
+        error = self._call(self._no_values(), timer=True)
         if error is None:
             if self.driver.timing_out:
                 self.committed = None
@@ -287,7 +298,7 @@ class KeyRun:
         """Every-batch mode (updateStateByKey): a key in state without records in this batch is
         called with no values; a call that raises leaves the state as it was."""
         start = self._mark()
-        error = self._call([])
+        error = self._call(self._no_values())
         if error is None:
             error = self._snapshot_error()
         if error is not None:

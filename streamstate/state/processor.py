@@ -21,6 +21,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
 
 from streamstate.state.buckets import Bucket, initial_entries
+from streamstate.state.columns import records_by_key
 from streamstate.state.keyrun import OUTPUT_COLUMNS, Plan
 from streamstate.state.packing import BLOB, rows_by_key, unpack
 
@@ -131,7 +132,12 @@ class BucketProcessor(StatefulProcessor):
         with _collector_paused():
             table = unpack(blob for frame in rows for blob in frame[BLOB])
             bucket = self._bucket(timerValues)
-            if table is not None:
+            if table is None:
+                pass
+            elif self.plan.columnar:
+                by_key, values = records_by_key(table, self.plan.event_time, self.plan.ordered_by_offset)
+                bucket.apply_records(by_key.items(), values)
+            else:
                 bucket.apply_records(rows_by_key(table).items())
             result = self._finish(bucket)
         if result is not None:

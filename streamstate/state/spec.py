@@ -81,11 +81,14 @@ DEFAULT_HOT_KEYS = defaults().state_hot_keys
 RecordFunction = Callable[[Any, Any, Any], Any]
 # (key, values, state) -> iterable of outputs
 BatchFunction = Callable[[Any, list, Any], Iterable[Any] | None]
+# (key, values as Columns, state) -> iterable of outputs
+ColumnarFunction = Callable[[Any, Any, Any], Iterable[Any] | None]
 
 
 @dataclass(frozen=True)
 class StateSpec:
-    """How to keep per-key state: build with :meth:`function` or :meth:`batch_function`, then chain.
+    """How to keep per-key state: build with :meth:`function`, :meth:`batch_function` or
+    :meth:`columnar_function`, then chain.
 
     Every chained method returns a new spec (a spec is immutable, so one spec can be reused).
     """
@@ -105,6 +108,7 @@ class StateSpec:
     hot_key_capacity: int = DEFAULT_HOT_KEYS
     every_batch: bool = False
     processing_timers: bool = False
+    columnar: bool = False
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -128,6 +132,22 @@ class StateSpec:
         if not callable(func):
             raise TypeError(f"StateSpec.batch_function needs a callable, got {type(func).__name__}")
         return cls(func=func, per_record=False)
+
+    @classmethod
+    def columnar_function(cls, func: ColumnarFunction) -> StateSpec:
+        """Per-key batch function that gets its values as columns: ``func(key, values: Columns, state)
+        -> iterable of outputs``, where ``values["ts"]`` lists the key's records' ``ts`` in the
+        order :meth:`batch_function` would give them, and ``values.num_rows`` counts them.
+
+        Everything else is the batch function's: when it is called, timeouts (``num_rows == 0``,
+        every column empty), isolation (a call that raises is re-run one record at a time, each
+        with one row) and dead letters. What it saves is a dict per record: the engine converts
+        each field of a bucket's records from Arrow once, when a function first reads it. A value
+        that is one column (``value="amount"``) is the column ``values["value"]``.
+        """
+        if not callable(func):
+            raise TypeError(f"StateSpec.columnar_function needs a callable, got {type(func).__name__}")
+        return cls(func=func, per_record=False, columnar=True)
 
     @classmethod
     def updater(cls, func: Callable[[list, Any], Any], every_batch: bool = True) -> StateSpec:

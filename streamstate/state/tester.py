@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
 from streamstate.kinds import Kind
+from streamstate.state.columns import ROW_VALUES, Columns
 from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.state.spec import StateSpec
 from streamstate.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
@@ -279,6 +280,8 @@ class StateTester:
     ) -> Exception | None:
         driver = self._driver(key, processing_time_ms)
         state = driver.begin_call(timer)
+        if self.spec.columnar:
+            arg = Columns(ROW_VALUES, arg)
         try:
             result = self.spec.func(key, arg, state)
             key_text = describe_key(key)

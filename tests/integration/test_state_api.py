@@ -1,6 +1,6 @@
 """The state API's own guarantees on real queries: event-time and processing-time timeouts,
 keeping a key during its timeout, late records, batch functions with typed outputs and an
-initial-state DataFrame, and a state whose type changed between releases."""
+initial-state DataFrame, the columnar form, and a state whose type changed between releases."""
 
 from __future__ import annotations
 
@@ -131,6 +131,47 @@ def test_batch_function_error_typed_output_and_initial_state_frame(spark, settin
     reason = "ValueError: invalid literal for int() with base 10: 'x'"
     assert dead == [("b", reason, '"x"', topic, 0, 2)]
     assert sorted(tuple(r) for r in result.snapshots_of(frame).collect()) == [("a", "101"), ("a", "105"), ("b", "2"), ("b", "5")]
+
+
+def test_a_columnar_function_gets_what_a_batch_function_gets(spark, settings, bootstrap, new_topic, tmp_path):
+    """Records out of event-time order, a record the function refuses (dead-lettered with its
+    value), keys timing out: the columnar form's rows are the in-memory batch function's."""
+    topic = new_topic()
+
+    def totals(key, values, state):
+        if state.is_timing_out():
+            return [["timed out", state.get()]]
+        total = state.get_option(0) + sum(int(value["n"]) for value in values)
+        state.update(total)
+        return [[total, [value["ts"] for value in values]]]
+
+    def columnar_totals(key, values, state):
+        if state.is_timing_out():
+            return [["timed out", state.get()]]
+        total = state.get_option(0) + sum(int(n) for n in values["n"])
+        state.update(total)
+        return [[total, values["ts"]]]
+
+    batches = [
+        [("a", "1", 3_000), ("a", "2", 1_000), ("b", "x", 2_000), ("b", "4", 2_500)],
+        [("a", "5", 4_000), ("b", "6", 5_000), ("b", "7", 4_500)],
+        [("c", "1", 60_000)],  # watermark 60 s: a and b are idle past 10 s
+    ]
+    spec = StateSpec.columnar_function(columnar_totals).timeout("10 seconds").event_time(EVENT_TIME)
+    df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    collector = RowCollector(map_with_state(df, key="key", spec=spec, value=["n", "ts"]), str(tmp_path / "cp"))
+    reference = StateTester(StateSpec.batch_function(totals).timeout("10 seconds").event_time(EVENT_TIME))
+    try:
+        for batch in batches:
+            produce_json(bootstrap, topic, [{"key": k, "n": n, "ts": ts} for k, n, ts in batch])
+            collector.settle()
+            reference.run_batch([(k, {"n": n, "ts": ts}, ts) for k, n, ts in batch])
+    finally:
+        rows = collector.finish()
+    assert by_key(rows) == by_key(reference.rows)
+    assert [r[2] for r in kinds(rows, "dead_letter")] == ['{"n":"x","ts":2000}']
+    assert ("output", "a", '[3,[1000,3000]]') in [r[:3] for r in rows]
+    assert ("output", "b", '["timed out",17]') in [r[:3] for r in rows]
 
 
 class Counter(BaseModel):
