@@ -221,6 +221,17 @@ def test_late_events_are_rejected_with_their_source_and_the_watermark():
     assert state["pending"] == [] and state["seen"] == {}
 
 
+def test_only_a_purchase_keeps_its_source_while_pending():
+    """The one event a fold can reject keeps where it came from; the others do not need to."""
+    state = sessions.new_state()
+    events = [(1_000 + i, f"e{i}", kind, amount, ("user-events", 0, i, 99)) for i, (kind, amount) in
+              enumerate([("click", None), ("purchase", 5.0), ("purchase", None), ("page_view", None)])]
+    sessions.admit(state, events, 0)
+    assert [(e[2], e[4]) for e in state["pending"]] == [
+        ("click", None), ("purchase", ["user-events", 0, 1, 99]), ("purchase", None), ("page_view", None)
+    ]
+
+
 def test_a_purchase_that_would_overflow_the_total_is_rejected_and_the_session_goes_on():
     source = ("user-events", 0, 7, 99)
     events = [

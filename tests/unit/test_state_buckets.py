@@ -8,13 +8,14 @@ with the in-memory reference driver, which has no buckets at all."""
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections import Counter
 
 from hypothesis import given, settings as hsettings, strategies as st
 
 from streamstate.state import StateSpec
-from streamstate.state.buckets import TICK_MS, Bucket, MemoryBucketStore
+from streamstate.state.buckets import COMPRESS_OVER_BYTES, TICK_MS, Bucket, MemoryBucketStore
 from streamstate.state.keyrun import DEAD_LETTER, OUTPUT, SNAPSHOT, Plan
 from streamstate.state.tester import StateTester, by_key
 
@@ -184,3 +185,22 @@ def test_every_batch_calls_each_key_once_per_batch_with_or_without_records():
     assert by_key(engine.rows) == by_key(reference.rows)
     assert len(calls) == 2 * 4 * len(keys)  # once per key per batch, in each of the two
     assert engine.store.cold == {} and engine.store.calls["cold"] == 0
+
+
+def test_a_large_hot_set_is_stored_compressed_and_one_stored_whole_still_loads():
+    """Over COMPRESS_OVER_BYTES the hot set is written compressed; a bucket saved before that
+    (a plain pickle) reads as it did."""
+    spec = StateSpec.batch_function(lambda key, values, state: state.update(f"{key}:{sum(values)}" * 4))
+    bucket = OneBucket(spec, hot_capacity=100_000)
+    bucket.batch([(f"user-{i:05d}", i, 1_000) for i in range(20_000)])
+    stored = bucket.store.hot
+    assert stored is not None and stored.startswith(b"ssz1")
+    loaded = bucket._bucket()
+    whole = pickle.dumps(loaded.hot, protocol=pickle.HIGHEST_PROTOCOL)
+    assert len(loaded.hot) == 20_000 and len(stored) < len(whole) and len(whole) > COMPRESS_OVER_BYTES
+
+    blob = pickle.dumps({"hot": loaded.hot, "cold": 0, "timer": None, "ticks": set(), "visit": 7}, protocol=5)
+    bucket.store.hot = blob  # as an earlier release saved it
+    assert bucket._bucket().hot == loaded.hot
+    bucket.batch([("user-00001", 5, 2_000)])
+    assert bucket._bucket().hot["user-00001"] != loaded.hot["user-00001"]

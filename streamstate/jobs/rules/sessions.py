@@ -77,10 +77,11 @@ class SessionRule:
 
 
 # An arriving event: (ts, event_id, type, amount) or (ts, event_id, type, amount, source), where
-# source is where it came from, (topic, partition, offset, Kafka timestamp ms), kept with a pending
-# event so that a rejection at fold time can still name the record.
+# source is where it came from, (topic, partition, offset, Kafka timestamp ms).
 Event = tuple
-# An event as held in state: [ts, event_id, type, amount, source | None]
+# An event as held in state: [ts, event_id, type, amount, source | None]. Only a purchase with an
+# amount keeps its source: it is the one event a fold can reject (overflow), and its dead letter
+# names the record. Other events' sources would be a fifth of a user's state.
 PendingEvent = list
 
 
@@ -157,7 +158,8 @@ def admit(state: dict[str, Any], events: Iterable[Event], watermark_ms: int | No
             late = [ts, event_id, event_type, amount, None if source is None else list(source)]
             admitted.late.append(Rejected(late, late_reason(ts, watermark_ms), "late"))
         else:
-            pending.append([ts, event_id, event_type, amount, None if source is None else list(source)])
+            kept = None if source is None or not (amount and event_type == "purchase") else list(source)
+            pending.append([ts, event_id, event_type, amount, kept])
             seen[hashed] = ts
             if floor is None or ts < floor:
                 floor = ts
