@@ -94,10 +94,10 @@ class ArrowValues:
         values = self.values(name)
         return [values[i] for i in records]
 
-    @staticmethod
-    def span(records: Sequence[int]) -> tuple[int, int] | None:
-        """(start, stop) of records that are consecutive rows (a key's rows only ever increase)."""
-        if records and records[-1] - records[0] + 1 == len(records):
+    def span(self, records: Sequence[int]) -> tuple[int, int] | None:
+        """(start, stop) of records that are consecutive rows. In a sorted table a key's rows
+        only ever increase, so first and last tell; otherwise they may come in any order."""
+        if self.sorted_by_key and records and records[-1] - records[0] + 1 == len(records):
             return records[0], records[-1] + 1
         return None
 
@@ -171,7 +171,7 @@ def records_by_key(table: pa.Table, event_time: bool, ordered_by_offset: bool) -
         sort_columns["offset"] = pc.fill_null(offset, 0)
     try:
         order = pc.sort_indices(pa.table(sort_columns), [(name, "ascending") for name in sort_columns], null_placement="at_end")
-    except pa.ArrowNotImplementedError:
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return _grouped_unsorted(table), ArrowValues(value, sorted_by_key=False)
     ordered = table.take(order)
     key, value, time, topic, partition, offset = ordered.columns

@@ -7,7 +7,8 @@ runs one per touched key inside a bucket; the unit tests run it directly.
 
 Input rows are tuples laid out as ``INPUT_COLUMNS`` by :mod:`streamstate.state.operators`, the
 value a record of the run's value source (:mod:`streamstate.state.columns`: the value itself,
-or its row in the bucket's Arrow table); result rows are ``OUTPUT_SCHEMA`` tuples, one per output, state snapshot or dead letter.
+or its row in the bucket's Arrow table); result rows are ``OUTPUT_SCHEMA`` tuples, one per
+output, state snapshot or dead letter.
 """
 
 from __future__ import annotations

@@ -92,16 +92,12 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection during a bucket visit, nor a scan of all it left after.
+    """No cyclic garbage collection during a bucket visit; it runs again after.
 
     A visit allocates a row, a value dict and the rule's state for every record, and the
     collector, triggered by allocation counts, scanned those live objects again and again for
     no garbage: the engine and the jobs' rules make no reference cycles (a user function's
-    wait). Paused, a sessions visit took 5-10% less CPU (docs/profile.md). Merely re-enabled,
-    the collector's next allocation then scanned everything the visit had allocated (about 3%
-    of a sessions visit): freezing and unfreezing first moves what is alive to the oldest
-    generation unscanned and resets the allocation count, so a user function's cycles wait
-    for the next full collection instead."""
+    wait until the visit ends). Paused, a sessions visit took 5-10% less CPU (docs/profile.md)."""
     if not gc.isenabled():
         yield
         return
@@ -109,8 +105,6 @@ def _collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.freeze()
-        gc.unfreeze()
         gc.enable()
 
 
@@ -138,12 +132,10 @@ class BucketProcessor(StatefulProcessor):
         with _collector_paused():
             table = unpack(blob for frame in rows for blob in frame[BLOB])
             bucket = self._bucket(timerValues)
-            if table is None:
-                pass
-            elif self.plan.columnar:
+            if table is not None and self.plan.columnar:
                 by_key, values = records_by_key(table, self.plan.event_time, self.plan.ordered_by_offset)
                 bucket.apply_records(by_key.items(), values)
-            else:
+            elif table is not None:
                 bucket.apply_records(rows_by_key(table).items())
             result = self._finish(bucket)
         if result is not None:

@@ -68,6 +68,22 @@ def test_each_key_gets_the_batch_functions_records_in_its_order(records, event_t
         assert columns["n"] == [row[1]["n"] for row in expected[key]]
 
 
+def test_keys_arrow_cannot_sort_are_grouped_and_sorted_per_key():
+    """Dictionary-encoded keys: no Arrow sort, so each key's rows are sorted on their own and
+    its columns read row by row, in that order, not as a slice of the table."""
+    records = [("a", 1, None, 1_000, 0, 0), ("a", 2, None, 3_000, 0, 1), ("a", 3, None, 2_000, 0, 2), ("a", 4, None, 4_000, 0, 3),
+               ("b", 5, None, 2_000, 0, 4)]
+    table = table_of(records)
+    table = table.set_column(0, INPUT_COLUMNS[0], table.column(0).dictionary_encode())
+    grouped, values = records_by_key(table, event_time=True, ordered_by_offset=True)
+    assert not values.sorted_by_key
+    plan = Plan.of(_spec(True))
+    for rows in grouped.values():
+        sort_records(plan, rows)
+    assert Columns(values, [row[1] for row in grouped["a"]])["n"] == [1, 3, 2, 4]  # rows 0, 2, 1, 3
+    assert Columns(values, [row[1] for row in grouped["b"]])["n"] == [5]
+
+
 def test_columns_name_what_they_have_and_are_empty_without_records():
     values = ArrowValues(table_of([("a", 1, "x", None, 0, 0), ("a", 2, None, None, 0, 1)]).column(1), sorted_by_key=True)
     columns = Columns(values, [0, 1])
