@@ -8,7 +8,8 @@ on first use, so the fields a function never reads are never converted.
 
 ``Columns`` reads its values from a source: :class:`ArrowValues` (a bucket visit: a record is
 its row number in the bucket's table, sorted so that a key's records are consecutive) or
-:class:`RowValues` (records given as dicts: the in-memory tester and the engine's unit tests).
+:class:`RowValues` (records given as dicts: the in-memory tester, the engine's unit tests, and a
+bucket whose key type Arrow cannot sort).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamstate.state.packing import python_values
+from streamstate.state.packing import python_values, rows_by_key
 
 
 def plain(value: Any) -> Any:
@@ -61,15 +62,16 @@ class RowValues:
 
 
 class ArrowValues:
-    """The value column of a bucket's table: a record is its row number. A struct's fields are
-    its columns; a value of another type is the column ``value``. ``sorted_by_key``: the table
-    is in the order a key's function sees its records, so a key's rows are consecutive and a
-    column of them is one slice."""
+    """The value column of a bucket's table sorted by key (:func:`records_by_key`): a record is
+    its row number, and a key's rows are consecutive, in the order its function sees them, so a
+    column of them is one slice. A struct's fields are its columns; a value of another type is
+    the column ``value``."""
 
-    def __init__(self, values: pa.Array | pa.ChunkedArray, sorted_by_key: bool):
+    sorted_by_key = True
+
+    def __init__(self, values: pa.Array | pa.ChunkedArray):
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
-        self.sorted_by_key = sorted_by_key
         self._array = values
         self._struct = pa.types.is_struct(values.type)
         if self._struct:
@@ -94,10 +96,11 @@ class ArrowValues:
         values = self.values(name)
         return [values[i] for i in records]
 
-    def span(self, records: Sequence[int]) -> tuple[int, int] | None:
-        """(start, stop) of records that are consecutive rows. In a sorted table a key's rows
-        only ever increase, so first and last tell; otherwise they may come in any order."""
-        if self.sorted_by_key and records and records[-1] - records[0] + 1 == len(records):
+    @staticmethod
+    def span(records: Sequence[int]) -> tuple[int, int] | None:
+        """(start, stop) of records that are consecutive rows: a key's rows only ever increase,
+        so first and last tell."""
+        if records and records[-1] - records[0] + 1 == len(records):
             return records[0], records[-1] + 1
         return None
 
@@ -154,14 +157,15 @@ ROW_VALUES = RowValues()
 NO_VALUES = Columns(ROW_VALUES, ())
 
 
-def records_by_key(table: pa.Table, event_time: bool, ordered_by_offset: bool) -> tuple[dict[Any, list[tuple]], ArrowValues]:
+def records_by_key(table: pa.Table, event_time: bool, ordered_by_offset: bool) -> tuple[dict[Any, list[tuple]], ValueSource]:
     """A bucket's ``INPUT_COLUMNS`` table as a columnar function's records: each key's rows (in
     the order keys first appear), their value the row number in the returned values' table.
 
     One stable Arrow sort puts each key's records together in the order the function sees them
     (``keyrun.sort_records``: event time with the records without one last, then source position
     with a missing one as 0), so a key's rows need no sort of their own and its columns are
-    slices. A key type Arrow cannot sort is grouped here and sorted per key instead."""
+    slices. A key type Arrow cannot sort is grouped as a batch function's rows are
+    (``packing.rows_by_key``, values as dicts), and each key's rows are sorted on their own."""
     key, value, time, topic, partition, offset = table.columns
     sort_columns = {"key": key}
     if event_time:
@@ -172,13 +176,13 @@ def records_by_key(table: pa.Table, event_time: bool, ordered_by_offset: bool) -
     try:
         order = pc.sort_indices(pa.table(sort_columns), [(name, "ascending") for name in sort_columns], null_placement="at_end")
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return _grouped_unsorted(table), ArrowValues(value, sorted_by_key=False)
+        return rows_by_key(table), ROW_VALUES
     ordered = table.take(order)
     key, value, time, topic, partition, offset = ordered.columns
     keys = key.combine_chunks() if isinstance(key, pa.ChunkedArray) else key
     size = len(keys)
     if size == 0:
-        return {}, ArrowValues(value, sorted_by_key=True)
+        return {}, ArrowValues(value)
     same = pc.fill_null(pc.equal(keys[1:], keys[:-1]), False)
     same = pc.or_(same, pc.and_(pc.is_null(keys[1:]), pc.is_null(keys[:-1])))
     starts = np.concatenate(([0], np.flatnonzero(~same.to_numpy(zero_copy_only=False)) + 1))
@@ -194,13 +198,5 @@ def records_by_key(table: pa.Table, event_time: bool, ordered_by_offset: bool) -
             repeat(key_values[group], end - start), range(start, end),
             times[start:end], topics[start:end], partitions[start:end], offsets[start:end],
         ))
-    return grouped, ArrowValues(value, sorted_by_key=True)
+    return grouped, ArrowValues(value)
 
-
-def _grouped_unsorted(table: pa.Table) -> dict[Any, list[tuple]]:
-    keys = python_values(table.column(0))
-    times, topics, partitions, offsets = (python_values(column) for column in table.columns[2:])
-    grouped: dict[Any, list[tuple]] = {}
-    for row, columns in enumerate(zip(keys, times, topics, partitions, offsets)):
-        grouped.setdefault(columns[0], []).append((columns[0], row, *columns[1:]))
-    return grouped

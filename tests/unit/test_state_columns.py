@@ -85,7 +85,7 @@ def test_keys_arrow_cannot_sort_are_grouped_and_sorted_per_key():
 
 
 def test_columns_name_what_they_have_and_are_empty_without_records():
-    values = ArrowValues(table_of([("a", 1, "x", None, 0, 0), ("a", 2, None, None, 0, 1)]).column(1), sorted_by_key=True)
+    values = ArrowValues(table_of([("a", 1, "x", None, 0, 0), ("a", 2, None, None, 0, 1)]).column(1))
     columns = Columns(values, [0, 1])
     assert dict(columns) == {"n": [1, 2], "s": ["x", None]}
     with pytest.raises(KeyError, match="no column 'm' in the values; they have \\['n', 's'\\]"):
@@ -93,7 +93,7 @@ def test_columns_name_what_they_have_and_are_empty_without_records():
     assert Columns(values, [1])["n"] == [2]
     assert NO_VALUES.num_rows == 0 and NO_VALUES["anything"] == [] and NO_VALUES.rows() == []
     assert Columns(ROW_VALUES, [{"n": 1}, {"n": 2}])["n"] == [1, 2]
-    scalars = ArrowValues(pa.array([5, None]), sorted_by_key=True)  # value="amount": one column
+    scalars = ArrowValues(pa.array([5, None]))  # value="amount": one column
     assert dict(Columns(scalars, [0, 1])) == {"value": [5, None]} and scalars.row(0) == 5
     assert dict(Columns(ROW_VALUES, [5, 6])) == {"value": [5, 6]}
 
