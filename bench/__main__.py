@@ -44,6 +44,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -287,10 +288,8 @@ def warm_up(spark, settings, workdir: Path) -> float:
     return round(seconds, 1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    bench_started = time.perf_counter()
-    args = parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def _measure(args: argparse.Namespace, workdir: Path) -> Run:
+    """The figures that share one embedded broker and one SparkSession."""
     from bench import anomalies_throughput, latency, production, sessions_throughput, transactions_cost, windows_throughput
     from bench.dataset import produce_metrics, produce_user_events
     from bench.measure import connector_description
@@ -298,7 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     from streamstate.settings import Settings
     from streamstate.stack.launcher import EmbeddedStack
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)
     needs_spark = {"sessions", "anomalies", "latency", "state", "production", "transactions", "windows"} & set(args.only)
@@ -337,6 +335,19 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if spark is not None:
                 spark.stop()
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench_started = time.perf_counter()
+    args = parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The broker's data and the checkpoints (0.4-1.7 GB a run) are scratch, removed however the run ends.
+    workdir = Path(tempfile.mkdtemp(prefix="bench-"))
+    try:
+        run = _measure(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     # These two start their own processes (API + load generator, a Spark cluster).
     run.figure("api", lambda: api(args))
     run.figure("cluster", lambda: cluster(args.events))

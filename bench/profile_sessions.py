@@ -64,7 +64,29 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    # workdir holds the broker's data and the checkpoints (0.4-1.7 GB), scratch; the stacks go beside --out.
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    collapsed = args.out.with_suffix(".collapsed")
+    collapsed.unlink(missing_ok=True)
+    try:
+        figures, errors = _profiled_run(args, py_spy, workdir, collapsed)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if not collapsed.exists():
+        raise SystemExit(f"py-spy wrote nothing: {errors[-1000:]}")
+    result = {"events": args.events, "users": args.users, "spark": figures, "py_spy": summarize(collapsed), "collapsed_stacks": str(collapsed)}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result["spark"][k] for k in ("rows_per_s", "seconds", "source_rows_read", "duration_ms")}, indent=2))
+    print(json.dumps(result["spark"]["state_operators"], indent=2)[:3000])
+    for view in ("by_process", "own", "inclusive"):
+        print(f"\n-- py-spy {view} --")
+        for row in result["py_spy"][view]:
+            print(f"{row['share']:6.1%} {row['frame'][:160]}")
+    print(f"\nwritten {args.out}")
 
+
+def _profiled_run(args: argparse.Namespace, py_spy: str, workdir: Path, collapsed: Path) -> tuple[dict, str]:
     from bench.__main__ import SEED
     from bench.dataset import produce_user_events
     from bench.sessions_throughput import sessions_job_once
@@ -72,8 +94,6 @@ def main() -> None:
     from streamstate.settings import Settings
     from streamstate.stack.launcher import EmbeddedStack
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-profile-"))
-    collapsed = workdir / "sessions.collapsed"
     with EmbeddedStack(settings=Settings(checkpoint_root=str(workdir / "cp")), workdir=workdir, quiet=True) as stack:
         stack.start_broker()
         settings = stack.settings
@@ -91,18 +111,7 @@ def main() -> None:
             recorder.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             _, errors = recorder.communicate(timeout=120)
             spark.stop()
-    if not collapsed.exists():
-        raise SystemExit(f"py-spy wrote nothing: {errors[-1000:]}")
-    result = {"events": args.events, "users": args.users, "spark": figures, "py_spy": summarize(collapsed), "collapsed_stacks": str(collapsed)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result["spark"][k] for k in ("rows_per_s", "seconds", "source_rows_read", "duration_ms")}, indent=2))
-    print(json.dumps(result["spark"]["state_operators"], indent=2)[:3000])
-    for view in ("by_process", "own", "inclusive"):
-        print(f"\n-- py-spy {view} --")
-        for row in result["py_spy"][view]:
-            print(f"{row['share']:6.1%} {row['frame'][:160]}")
-    print(f"\nwritten {args.out}")
+    return figures, errors
 
 
 if __name__ == "__main__":
