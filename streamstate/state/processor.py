@@ -13,9 +13,8 @@ import gc
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
@@ -24,6 +23,9 @@ from streamstate.state.buckets import Bucket, initial_entries
 from streamstate.state.columns import records_by_key
 from streamstate.state.keyrun import OUTPUT_COLUMNS, Plan
 from streamstate.state.packing import BLOB, rows_by_key, unpack
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _schema(*fields: tuple[str, DataType]) -> StructType:
@@ -84,6 +86,8 @@ class _Store:
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
+    import pandas as pd  # here, not at the top: a query's planning unpickles this module in a fresh process
+
     # Object columns: the nullable partition and offset stay exact Python ints (a float64 column
     # would round offsets above 2**53), and pandas builds the frame in one pass, about 5x faster
     # than typed nullable arrays; Spark converts each column to its Arrow type on the way out.
