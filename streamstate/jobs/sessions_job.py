@@ -41,12 +41,12 @@ def _arrivals(events: Columns) -> list[tuple]:
     # Arrival (offset) order, so that the first of two copies of an event wins. The type and
     # topic names are interned: a state then pickles each once, not once per pending event.
     arrived = sorted(
-        zip(events["partition"], events["offset"], events["ts"], events["event_id"], events["type"], events["amount"],
-            events["topic"], events["kafka_ts"]),
+        zip(events["partition"], events["offset"], events["ts"], events["event_id"], map(intern, events["type"]),
+            events["amount"], map(intern, events["topic"]), events["kafka_ts"]),
         key=_ARRIVAL_ORDER,
     )
     return [
-        (ts, event_id, intern(kind), amount, (intern(topic), partition, offset, kafka_ts))
+        (ts, event_id, kind, amount, (topic, partition, offset, kafka_ts))
         for partition, offset, ts, event_id, kind, amount, topic, kafka_ts in arrived
     ]
 
@@ -78,10 +78,11 @@ def on_user(rule: sessions.SessionRule, user_id: str, events: Columns, state: St
         state.set_timeout_timestamp(sessions.next_deadline(current, rule))
     for alert in result.alerts:
         yield Emit(Kind.ALERT, alert.alert_id, alert.model_dump_json())
-    for closed in result.closed:
-        yield Emit(Kind.SESSION, user_id, closed.model_dump_json())
-    for ended_by, n in collections.Counter(closed.ended_by for closed in result.closed).items():
-        yield _count(f"sessions_closed:{ended_by}", n)
+    if result.closed:
+        for closed in result.closed:
+            yield Emit(Kind.SESSION, user_id, closed.model_dump_json())
+        for ended_by, n in collections.Counter(closed.ended_by for closed in result.closed).items():
+            yield _count(f"sessions_closed:{ended_by}", n)
     if result.opened:
         yield _count("sessions_opened", result.opened)
 

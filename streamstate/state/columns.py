@@ -85,11 +85,12 @@ class ArrowValues:
 
     def values(self, name: str) -> list:
         """Every row's value of one field, converted on first use."""
-        converted = self._converted.get(name)
-        if converted is None:
+        try:
+            return self._converted[name]
+        except KeyError:
             if name not in self._fields:
-                raise KeyError(f"no column {name!r} in the values; they have {list(self._names)}")
-            converted = self._converted[name] = python_values(self._fields[name])
+                raise KeyError(f"no column {name!r} in the values; they have {list(self._names)}") from None
+        converted = self._converted[name] = python_values(self._fields[name])
         return converted
 
     def column(self, name: str, records: Sequence[int]) -> list:
@@ -125,18 +126,19 @@ class Columns(Mapping[str, list]):
     every-batch call) has ``num_rows == 0`` and every column empty, whatever its name.
     :meth:`rows` gives the batch function's list of dicts."""
 
-    __slots__ = ("_source", "_records", "_span", "num_rows")
+    __slots__ = ("_source", "_records", "_span", "_field", "num_rows")
 
     def __init__(self, source: ValueSource, records: Sequence[Any]):
         self._source = source
         self._records = records
-        self._span = source.span(records)
+        span = source.span(records)  # only a table's rows have one
+        self._span = slice(0, 0) if span is None else slice(*span)
+        self._field = cast(ArrowValues, source).values if span is not None else None
         self.num_rows = len(records)
 
     def __getitem__(self, name: str) -> list:
-        if self._span is not None:  # the common case, read once per field and key: one slice
-            start, stop = self._span  # only a table's rows have a span
-            return cast(ArrowValues, self._source).values(name)[start:stop]
+        if self._field is not None:  # the common case, read once per field and key: one slice
+            return self._field(name)[self._span]
         return self._source.column(name, self._records) if self.num_rows else []
 
     def __iter__(self) -> Iterator[str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
+import pytest
 from hypothesis import example, given, settings as hsettings, strategies as st
 
 from streamstate.contracts import SessionSnapshot
@@ -286,6 +288,7 @@ def test_the_published_snapshot_json_is_the_validated_snapshot(events, seed):
     rng = random.Random(seed)
     state, _ = sessions.fold_all(events, "u", rng.choice([0, max(e[0] for e in events) // 2, 10**12]), RULE)
     published = sessions.snapshot_json("u", state, RULE)
+    assert published == json.dumps(sessions.snapshot_fields("u", state, RULE), separators=(",", ":"), allow_nan=False)
     assert SessionSnapshot.model_validate_json(published, strict=True) == sessions.snapshot("u", state, RULE)
     # Same text but for how a float is spelled (Python writes 1e-05 and 1e+300, pydantic 0.00001 and 1e300).
     assert _floats_plain(published) == _floats_plain(sessions.snapshot("u", state, RULE).model_dump_json())
@@ -312,3 +315,20 @@ def test_ids_are_remembered_as_128_bit_hashes_and_a_64_bit_state_still_finds_its
     rule = sessions.SessionRule(gap_ms=RULE.gap_ms, dedupe_retention_ms=500)
     sessions.settle(legacy, "u", 1_600, rule)  # the 64-bit entry (1,000) leaves the retention
     assert legacy["seen_bits"] == 128 and all(len(h) == 16 for h in legacy["seen"])
+
+
+@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=12))
+@hsettings(max_examples=100, deadline=None)
+def test_the_snapshot_json_writes_any_user_id_and_event_type_as_json_dumps_does(user_id, event_type):
+    """Quotes, control characters, non-ASCII and lone surrogates: json.dumps' escapes, byte for byte."""
+    state, _ = sessions.fold_all([(1_000, "e1", event_type, None), (2_000, "e2", "purchase", 2.5)], user_id, 1_500, RULE)
+    published = sessions.snapshot_json(user_id, state, RULE)
+    assert published == json.dumps(sessions.snapshot_fields(user_id, state, RULE), separators=(",", ":"), allow_nan=False)
+    assert json.loads(published)["user_id"] == user_id
+
+
+def test_a_snapshot_with_a_number_json_cannot_write_is_refused_as_json_dumps_refuses_it():
+    state, _ = sessions.fold_all([(1_000, "e1", "purchase", 1.0)], "u", 1_000, RULE)
+    state["open"]["purchase_total"] = float("inf")  # the fold never leaves one: only a damaged state holds it
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        sessions.snapshot_json("u", state, RULE)
