@@ -221,10 +221,16 @@ def test_a_task_s_producer_has_its_connection_up_before_it_asks_for_its_producer
     """A task's new transactional producer connects to the brokers as it learns them, so
     init_transactions never waits for a connection timer on the batch's critical path."""
     alerts = new_topic(partitions=1)
+    # The control: with librdkafka's default a start finds no connection up in most starts, not
+    # all (one start alone missed it once in a loaded full run), so it gets up to five.
     with monkeypatch.context() as librdkafka_default:
         librdkafka_default.setitem(TRANSACTIONAL_TUNING, "enable.sparse.connections", True)
-        _start_debugged(settings, alerts)
-    assert WAITED_FOR_A_CONNECTION in capfd.readouterr().err, "librdkafka no longer logs the line this test looks for"
+        for _ in range(5):
+            _start_debugged(settings, alerts)
+            if WAITED_FOR_A_CONNECTION in capfd.readouterr().err:
+                break
+        else:
+            raise AssertionError("librdkafka no longer logs the line this test looks for, in 5 starts with its default")
 
     for _ in range(4):
         _start_debugged(settings, alerts)
