@@ -73,8 +73,15 @@ def ensure(component: str) -> Path:
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHON": sys.executable},
     )
-    if result.returncode != 0 or not installed(component):
-        raise DependencyMissing(f"{component} could not be installed: `bash {script.relative_to(REPO_ROOT)}` exited {result.returncode}")
+    command = f"`bash {script.relative_to(REPO_ROOT)}`"
+    if result.returncode != 0:
+        raise DependencyMissing(f"{component} could not be installed: {command} exited {result.returncode}")
+    if not installed(component):
+        # The script skips what it cannot build here (no JDK for the checkpoint classes) and says why above.
+        raise DependencyMissing(
+            f"{component} is not installed: {command} finished without leaving its completion stamp in "
+            f"{_install_dir(component)} (its output above says what it skipped)"
+        )
     return _install_dir(component)
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from streamstate.settings import REPO_ROOT
+from streamstate.stack import binaries
 
 COMMON = REPO_ROOT / "infra" / "deps" / "common.sh"
 RELEASE = "RELEASE.2025-04-16T18-13-26Z"
@@ -44,3 +47,26 @@ def test_a_binary_whose_version_fails_is_refused(tmp_path):
     binary = _fake_binary(tmp_path, f'echo "mc version {RELEASE}"; exit 3')
     result = _check(binary)
     assert result.returncode != 0 and "--version failed" in result.stderr
+
+
+def _ensure_with_script(tmp_path, monkeypatch, body: str):
+    """binaries.ensure("minio") running a stand-in install script in bash (a repository under tmp_path)."""
+    scripts = tmp_path / "infra" / "deps"
+    scripts.mkdir(parents=True)
+    (scripts / "install-minio.sh").write_text(body.replace("DEPS", str(tmp_path / ".deps")))
+    monkeypatch.setattr(binaries, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(binaries, "SCRIPTS", scripts)
+    monkeypatch.setattr(binaries, "DEPS_DIR", tmp_path / ".deps")
+    return binaries.ensure("minio")
+
+
+def test_ensure_says_whether_the_install_script_failed_or_finished_without_installing(tmp_path, monkeypatch):
+    with pytest.raises(binaries.DependencyMissing, match=r"`bash infra/deps/install-minio.sh` exited 3$"):
+        _ensure_with_script(tmp_path / "failed", monkeypatch, "exit 3\n")
+    with pytest.raises(binaries.DependencyMissing, match="finished without leaving its completion stamp in .*its output above says"):
+        _ensure_with_script(tmp_path / "skipped", monkeypatch, 'echo "no go toolchain: skipped"; exit 0\n')
+    release = binaries.versions()["MINIO_RELEASE"]
+    installed = _ensure_with_script(
+        tmp_path / "done", monkeypatch, f'mkdir -p "DEPS/minio-{release}" && touch "DEPS/minio-{release}/.installed-x"\n'
+    )
+    assert installed == tmp_path / "done" / ".deps" / f"minio-{release}"
