@@ -126,19 +126,20 @@ class Columns(Mapping[str, list]):
     every-batch call) has ``num_rows == 0`` and every column empty, whatever its name.
     :meth:`rows` gives the batch function's list of dicts."""
 
-    __slots__ = ("_source", "_records", "_span", "_field", "num_rows")
+    __slots__ = ("_source", "_records", "_sliced", "num_rows")
 
     def __init__(self, source: ValueSource, records: Sequence[Any]):
         self._source = source
         self._records = records
         span = source.span(records)  # only a table's rows have one
-        self._span = slice(0, 0) if span is None else slice(*span)
-        self._field = cast(ArrowValues, source).values if span is not None else None
+        # A field's reader and the rows' slice of it: the common case, read once per field and key.
+        self._sliced = None if span is None else (cast(ArrowValues, source).values, slice(*span))
         self.num_rows = len(records)
 
     def __getitem__(self, name: str) -> list:
-        if self._field is not None:  # the common case, read once per field and key: one slice
-            return self._field(name)[self._span]
+        if self._sliced is not None:
+            field, rows = self._sliced
+            return field(name)[rows]
         return self._source.column(name, self._records) if self.num_rows else []
 
     def __iter__(self) -> Iterator[str]:
