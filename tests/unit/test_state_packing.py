@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import given, settings as hsettings, strategies as st
 
-from streamstate.state.packing import BUCKET, pack, python_values, rows_by_key, unpack
+from streamstate.state.packing import BLOB, BUCKET, COMPRESS_BLOB_OVER_BYTES, pack, python_values, rows_by_key, unpack
 
 SCALAR_TYPES = {
     pa.int8(): st.integers(-(2**7), 2**7 - 1),
@@ -71,3 +71,23 @@ def test_a_bucket_reads_back_its_rows_grouped_by_key_in_order():
     tables = {bucket: unpack([blob]) for bucket, blob in zip(packed.column(BUCKET).to_pylist(), packed.column(1).to_pylist())}
     assert rows_by_key(tables[0]) == {"k1": [("k1", {"n": 1, "s": "a"}), ("k1", {"n": 3, "s": None})]}
     assert rows_by_key(tables[1]) == {"k2": [("k2", {"n": None, "s": "b"}), ("k2", None)]}
+
+
+def test_a_large_bucket_travels_compressed_and_reads_back_the_same_rows_as_a_small_one():
+    rows = 40_000
+    ids = [f"user-{i % 5_000:05d}" for i in range(rows)]
+    value = pa.StructArray.from_arrays(
+        [pa.array(ids), pa.array(range(rows), pa.int64()), pa.array([None if i % 7 else f"note {i}" for i in range(rows)])],
+        names=["user_id", "ts", "note"],
+    )
+    batch = pa.RecordBatch.from_arrays([pa.array(ids), value, pa.array([0] * rows, pa.int32())], names=["key", "value", BUCKET])
+    assert batch.drop_columns([BUCKET]).nbytes >= COMPRESS_BLOB_OVER_BYTES
+    (large,) = pa.Table.from_batches(list(pack(iter([batch])))).column(BLOB).to_pylist()
+    (small,) = pa.Table.from_batches(list(pack(iter([batch.slice(0, 100)])))).column(BLOB).to_pylist()
+    assert len(large) < batch.drop_columns([BUCKET]).nbytes / 3
+    assert unpack([large]).to_pylist() == pa.Table.from_batches([batch.drop_columns([BUCKET])]).to_pylist()
+    assert unpack([small]).to_pylist() == pa.Table.from_batches([batch.slice(0, 100).drop_columns([BUCKET])]).to_pylist()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, unpack([small]).schema) as plain:
+        plain.write_table(unpack([small]))
+    assert len(small) == len(sink.getvalue())  # a small blob is written as it is
