@@ -21,7 +21,9 @@ how many the job lets its JVM hold before it moves to a new one.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import signal
 import statistics
 import subprocess
@@ -105,6 +107,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the producer and the job are stopped
+    # A shell starts a background command with SIGINT ignored, and Python keeps what it inherits: Ctrl-C
+    # (or kill -INT) would not stop an hour's run started with `&`.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from bench.latency import SERIES, AlertClock, producer_command
     from bench.measure import bounded_input_topic, fresh_outputs
     from streamstate.settings import Settings
@@ -112,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     from streamstate.topics import create_topics
 
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
+    atexit.register(shutil.rmtree, workdir, True)  # the broker's data and the checkpoints: scratch
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    job_log = args.out.with_suffix(".job.log")
     doc: dict[str, Any] = {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "rate_per_s": args.rate, "trigger": args.trigger, "series": SERIES, "minutes": [],
@@ -132,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         commits = Path(settings.checkpoint("anomalies")) / "commits"
         producer = subprocess.Popen(producer_command(bootstrap, input_topic, args.rate, args.minutes * 60, seed=7),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"soak: {args.minutes:g} min at {args.rate:,} points/s, the anomalies job (pid {job.pid}, log {job.log_path}); "
-              "one line a minute", flush=True)
+        print(f"soak: {args.minutes:g} min at {args.rate:,} points/s, the anomalies job (pid {job.pid}, log {job.log_path}, "
+              f"copied to {job_log} at the end); one line a minute", flush=True)
         try:
             started = time.time()
             for index in range(int(args.minutes)):
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             producer.terminate()
             producer.wait(30)
             job.stop()
+            shutil.copyfile(job.log_path, job_log)
             clock.stopping.set()
             clock.join(10)
     keys = ("jvm_fds", "jvm_sockets", "jvm_abandoned_sockets", "jvm_threads", "jvm_rss_mb", "python_workers",
