@@ -171,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             producer.terminate()
             producer.wait(30)
             job.stop()
-            shutil.copyfile(job.log_path, job_log)
             clock.stopping.set()
             clock.join(10)
+            shutil.copyfile(job.log_path, job_log)  # after the clean-up: a failed copy leaves nothing running
     keys = ("jvm_fds", "jvm_sockets", "jvm_abandoned_sockets", "jvm_threads", "jvm_rss_mb", "python_workers",
             "python_workers_rss_mb", "job_python_rss_mb", "job_python_threads")
     doc["drift_per_hour"] = {key: per_hour_drift(doc["minutes"], key) for key in keys}
