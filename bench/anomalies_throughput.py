@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.dataset import Dataset
-from bench.measure import fresh_outputs, query_figures, repeat, run_quix
+from bench.measure import fresh_outputs, query_figures, ratio_by_round, rounds, run_quix
 from streamstate.jobs import anomalies_job
 from streamstate.jobs.runner import start_query
 from streamstate.settings import Settings
@@ -27,12 +27,17 @@ def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:
 
 
 def measure(spark, settings: Settings, dataset: Dataset, workdir: Path, runs: int) -> dict[str, Any]:
-    """Median points/s of the job and of Quix over ``runs`` runs each, and the ratio."""
-    job = repeat(runs, "anomalies job", lambda i: anomalies_job_once(spark, settings, dataset, workdir / f"anomalies-{i}"))
-    quix = repeat(runs, "Quix Streams anomalies", lambda _i: quix_once(settings, dataset))
+    """Median points/s of the job and of Quix over ``runs`` rounds (the two take turns), the
+    ratio of the medians and the ratios round by round."""
+    measured = rounds(runs, {
+        "anomalies job": lambda i: anomalies_job_once(spark, settings, dataset, workdir / f"anomalies-{i}"),
+        "Quix Streams anomalies": lambda _i: quix_once(settings, dataset),
+    })
+    job, quix = measured["anomalies job"], measured["Quix Streams anomalies"]
     return {
         "dataset": vars(dataset),
         "anomalies_job": job,
         "quixstreams": quix,
         "ratio_job_vs_quix": round(job["median_rows_per_s"] / quix["median_rows_per_s"], 2),
+        "ratio_job_vs_quix_by_round": ratio_by_round(job, quix),
     }

@@ -123,9 +123,26 @@ def median_runs(runs: list[dict[str, Any]], key: str = "rows_per_s") -> dict[str
 
 def repeat(times: int, label: str, once: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
     """Run ``once(run_index)`` ``times`` times, printing each rate; the median rows/s and the runs."""
-    runs = []
+    return rounds(times, {label: once})[label]
+
+
+def rounds(times: int, arms: dict[str, Callable[[int], dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Run every arm once per round, ``times`` rounds, printing each rate; per arm the median
+    rows/s and the runs.
+
+    The arms take turns rather than each running all its runs in a block: the host's speed
+    drifts over minutes (native ``session_window`` ran 24% faster in one late block than in
+    any earlier one), and in turns a drift falls on every arm alike, so a ratio of two arms'
+    medians, or their ratio within a round (:func:`ratio_by_round`), compares like with like."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in arms}
     for index in range(times):
-        result = once(index)
-        runs.append(result)
-        print(f"  {label} run {index + 1}/{times}: {result['rows']:,} rows in {result['seconds']}s = {result['rows_per_s']:,} rows/s", flush=True)
-    return median_runs(runs)
+        for label, once in arms.items():
+            result = once(index)
+            runs[label].append(result)
+            print(f"  {label} run {index + 1}/{times}: {result['rows']:,} rows in {result['seconds']}s = {result['rows_per_s']:,} rows/s", flush=True)
+    return {label: median_runs(arm_runs) for label, arm_runs in runs.items()}
+
+
+def ratio_by_round(numerator: dict[str, Any], denominator: dict[str, Any]) -> list[float]:
+    """Two arms' rates divided round by round (arms measured with :func:`rounds`)."""
+    return [round(a["rows_per_s"] / b["rows_per_s"], 2) for a, b in zip(numerator["runs"], denominator["runs"], strict=True)]

@@ -44,8 +44,10 @@ def _engine(label: str, runs: dict[str, Any], setup: str) -> tuple[str, str, str
     return (label, f"{_rate(runs['median_rows_per_s'])} (runs {min(rates):,}-{max(rates):,})", "", setup)
 
 
-def _ratio(label: str, ratio: float, goal: float | None) -> tuple[str, str, str, str]:
-    return (label, f"{ratio:.2f}x", "" if goal is None else _goal(ratio >= goal, f">= {goal:g}x"), "")
+def _ratio(label: str, ratio: float, goal: float | None, by_round: list[float] | None = None) -> tuple[str, str, str, str]:
+    """A ratio of two medians; with ``by_round`` (older results have none) also the ratio within each round."""
+    rounds = "" if not by_round else "round by round (the engines in turns): " + ", ".join(f"{r:.2f}x" for r in by_round)
+    return (label, f"{ratio:.2f}x", "" if goal is None else _goal(ratio >= goal, f">= {goal:g}x"), rounds)
 
 
 PRODUCTION_SETUP = "Apache Kafka (KRaft), Spark's built-in connector, s3a:// checkpoints in MinIO"
@@ -149,8 +151,8 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             _engine("Sessions job (events/s, first read to last output)", f["sessions_job"], setup + ", availableNow, RocksDB"),
             _engine("Spark native `session_window` (same source)", f["native_session_window"], setup + ", complete mode, RocksDB"),
             _engine("Quix Streams 3.28 stateful apply (same rule)", f["quixstreams"], setup + ", 1 process, RocksDB + changelog"),
-            _ratio("Sessions job / native", f["ratio_job_vs_native"], 1.0),
-            _ratio("Sessions job / Quix Streams", f["ratio_job_vs_quix"], 2.0),
+            _ratio("Sessions job / native", f["ratio_job_vs_native"], 1.0, f.get("ratio_job_vs_native_by_round")),
+            _ratio("Sessions job / Quix Streams", f["ratio_job_vs_quix"], 2.0, f.get("ratio_job_vs_quix_by_round")),
         ]
     rows += _production_rows(figures, "sessions")
     if "anomalies" in figures and "error" not in figures["anomalies"]:
@@ -159,7 +161,7 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows += [
             _engine("Anomalies job (points/s)", f["anomalies_job"], setup + ", availableNow, RocksDB"),
             _engine("Quix Streams 3.28 stateful apply (same rule)", f["quixstreams"], setup + ", 1 process, RocksDB + changelog"),
-            _ratio("Anomalies job / Quix Streams", f["ratio_job_vs_quix"], None),
+            _ratio("Anomalies job / Quix Streams", f["ratio_job_vs_quix"], None, f.get("ratio_job_vs_quix_by_round")),
         ]
     rows += _production_rows(figures, "anomalies")
     if "latency" in figures and "error" not in figures["latency"]:

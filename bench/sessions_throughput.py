@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.dataset import Dataset
-from bench.measure import fresh_outputs, query_figures, repeat, run_quix
+from bench.measure import fresh_outputs, query_figures, ratio_by_round, rounds, run_quix
 from bench.peers import native_sessions
 from streamstate.contracts import UserEvent
 from streamstate.jobs import sessions_job
@@ -53,18 +53,24 @@ def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:
 
 
 def measure(spark, settings: Settings, dataset: Dataset, workdir: Path, runs: int) -> dict[str, Any]:
-    """Median events/s of the three engines over ``runs`` runs each, and the ratios."""
-    stateless = repeat(runs, "source + validation, no state", lambda i: stateless_once(spark, settings, dataset, workdir / f"stateless-{i}"))
-    job = repeat(runs, "sessions job", lambda i: sessions_job_once(spark, settings, dataset, workdir / f"sessions-{i}"))
-    native = repeat(runs, "native session_window", lambda i: native_once(spark, settings, dataset, workdir / f"native-{i}"))
-    quix = repeat(runs, "Quix Streams sessions", lambda _i: quix_once(settings, dataset))
+    """Median events/s of the three engines and the floor over ``runs`` rounds (the engines take
+    turns), the ratios of the medians and the ratios round by round."""
+    measured = rounds(runs, {
+        "source + validation, no state": lambda i: stateless_once(spark, settings, dataset, workdir / f"stateless-{i}"),
+        "sessions job": lambda i: sessions_job_once(spark, settings, dataset, workdir / f"sessions-{i}"),
+        "native session_window": lambda i: native_once(spark, settings, dataset, workdir / f"native-{i}"),
+        "Quix Streams sessions": lambda _i: quix_once(settings, dataset),
+    })
+    job, native, quix = measured["sessions job"], measured["native session_window"], measured["Quix Streams sessions"]
     rate = job["median_rows_per_s"]
     return {
         "dataset": vars(dataset),
-        "source_and_validation": stateless,
+        "source_and_validation": measured["source + validation, no state"],
         "sessions_job": job,
         "native_session_window": native,
         "quixstreams": quix,
         "ratio_job_vs_native": round(rate / native["median_rows_per_s"], 2),
         "ratio_job_vs_quix": round(rate / quix["median_rows_per_s"], 2),
+        "ratio_job_vs_native_by_round": ratio_by_round(job, native),
+        "ratio_job_vs_quix_by_round": ratio_by_round(job, quix),
     }
