@@ -30,6 +30,8 @@ Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 ev
 100,000 users, 1,000,000 points over 10,000 series, 1,000,000 keys in state, 1,000,000 and
 10,000,000 users in the API); ``--quick`` divides them by ten for a look in a few minutes. Before the measured Spark
 runs, one small warm-up run of each Spark query is discarded, as the Quix peers' start-up is.
+The throughput comparisons (sessions, anomalies) run their engines in turns, one run each per
+round, so that the host's drift falls on all of them; their ratio rows list each round's ratio.
 Writes ``bench/results.json`` and ``bench/results.md`` (after every figure, so a failure keeps
 what was measured) and prints the table. Nothing is asserted.
 
