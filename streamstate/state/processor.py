@@ -2,30 +2,34 @@
 
 ``transformWithStateInPandas`` calls it once per bucket and batch with the bucket's packed
 rows (:mod:`streamstate.state.packing`) and once per expired timer; each call is one
-:class:`~streamstate.state.buckets.Bucket` visit: about three state calls (the hot set in,
-the hot set out, the timer) plus one per key fetched from or evicted to the cold map, instead
-of several round trips and one Arrow message per key.
+:class:`~streamstate.state.buckets.Bucket` visit (:mod:`streamstate.state.visits`): about three
+state calls (the hot set in, the hot set out, the timer) plus one per key fetched from or
+evicted to the cold map, instead of several round trips and one Arrow message per key.
+
+This module imports PySpark and nothing heavier, and the processor carries its plan pickled:
+at a query's first batch Spark unpickles the processor on the driver in a fresh Python
+process only to call :meth:`BucketProcessor.init` (the state schemas), and importing the
+engine and the job's rule there (pyarrow, NumPy, pydantic) cost 0.4 s of every query start.
 """
 
 from __future__ import annotations
 
-import gc
-import time
+import pickle
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
 
+from pyspark import cloudpickle
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
 
-from streamstate.state.buckets import Bucket, initial_entries
-from streamstate.state.columns import records_by_key
-from streamstate.state.keyrun import OUTPUT_COLUMNS, Plan
-from streamstate.state.packing import BLOB, rows_by_key, unpack
-
 if TYPE_CHECKING:
     import pandas as pd
+
+    from streamstate.state.buckets import BucketStore
+    from streamstate.state.keyrun import Plan
+    from streamstate.state.visits import BucketVisits
 
 
 def _schema(*fields: tuple[str, DataType]) -> StructType:
@@ -85,94 +89,52 @@ class _Store:
         self.handle.deleteTimer(at_ms)
 
 
-def _frame(rows: list[tuple]) -> pd.DataFrame:
-    import pandas as pd  # here, not at the top: a query's planning unpickles this module in a fresh process
-
-    # Object columns: the nullable partition and offset stay exact Python ints (a float64 column
-    # would round offsets above 2**53), and pandas builds the frame in one pass, about 5x faster
-    # than typed nullable arrays; Spark converts each column to its Arrow type on the way out.
-    return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection during a bucket visit; it runs again after.
-
-    A visit allocates a row, a value dict and the rule's state for every record, and the
-    collector, triggered by allocation counts, scanned those live objects again and again for
-    no garbage: the engine and the jobs' rules make no reference cycles (a user function's
-    wait until the visit ends). Paused, a sessions visit took 5-10% less CPU (docs/profile.md)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 class BucketProcessor(StatefulProcessor):
-    """Runs a :class:`Plan` under ``transformWithStateInPandas`` grouped by bucket."""
+    """Runs a :class:`~streamstate.state.keyrun.Plan` under ``transformWithStateInPandas``
+    grouped by bucket. ``store`` is the state (set by :meth:`init`; in memory in the tests)."""
+
+    store: BucketStore
 
     def __init__(self, plan: Plan, time_mode: str, hot_capacity: int, tick_ms: int):
-        self.plan = plan
+        self._plan: Plan | None = plan
+        self._pickled_plan: bytes | None = None
         self.time_mode = time_mode
         self.hot_capacity = hot_capacity
         self.tick_ms = tick_ms
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The plan travels pickled inside the processor's pickle and is unpickled at the first
+        # visit (see the module docstring); cloudpickle, as Spark's own, so that a function
+        # defined in a notebook travels by value.
+        state = {name: value for name, value in vars(self).items() if name != "visits"}
+        if self._plan is not None:
+            state["_plan"], state["_pickled_plan"] = None, cloudpickle.dumps(self._plan)
+        return state
+
+    @cached_property
+    def visits(self) -> BucketVisits:
+        from streamstate.state.visits import BucketVisits  # in the workers only: see the module docstring
+
+        plan = self._plan if self._plan is not None else pickle.loads(cast(bytes, self._pickled_plan))
+        return BucketVisits(plan, self.time_mode, self.hot_capacity, self.tick_ms)
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.store = _Store(handle)
 
-    def _bucket(self, timer_values: TimerValues) -> Bucket:
-        watermark = timer_values.getCurrentWatermarkInMs()
-        processing_time = timer_values.getCurrentProcessingTimeInMs()
-        # Without timers Spark gives no batch time (timeMode None): the wall clock stands in.
-        now = processing_time if processing_time >= 0 else int(time.time() * 1000)
-        clock = {"EventTime": watermark, "ProcessingTime": now}.get(self.time_mode)
-        return Bucket(self.plan, self.store, watermark, now, clock, self.hot_capacity, self.tick_ms).load()
-
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        with _collector_paused():
-            table = unpack(blob for frame in rows for blob in frame[BLOB])
-            bucket = self._bucket(timerValues)
-            if table is not None and self.plan.columnar:
-                by_key, values = records_by_key(table, self.plan.event_time, self.plan.ordered_by_offset)
-                bucket.apply_records(by_key.items(), values)
-            elif table is not None:
-                bucket.apply_records(rows_by_key(table).items())
-            result = self._finish(bucket)
+        result = self.visits.input_rows(self.store, rows, timerValues)
         if result is not None:
             yield result
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        with _collector_paused():
-            bucket = self._bucket(timerValues)
-            bucket.timer_fired(expiredTimerInfo.getExpiryTimeInMs())
-            result = self._finish(bucket)
+        result = self.visits.expired_timer(self.store, timerValues, expiredTimerInfo.getExpiryTimeInMs())
         if result is not None:
             yield result
 
-    @staticmethod
-    def _finish(bucket: Bucket) -> pd.DataFrame | None:
-        """A visit's common end: the keys due (and, in every-batch mode, the rest), then the save."""
-        bucket.apply_without_data()
-        bucket.apply_due()
-        bucket.save()
-        return _frame(bucket.rows) if bucket.rows else None
-
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:
-        bucket = self._bucket(timerValues)
-        deadline = None
-        if self.plan.timeout_ms is not None and self.time_mode == "ProcessingTime":
-            deadline = bucket.processing_time_ms + self.plan.timeout_ms
-        pairs = zip(initialState["key"].tolist(), initialState["state"].tolist())
-        for state_key, text, state_deadline in initial_entries(self.plan, pairs, deadline):
-            bucket.hot[state_key] = [text, state_deadline, False, bucket.visit, True]
-        bucket.call_all_this_batch()
-        bucket.save()
+        self.visits.initial_state(self.store, initialState, timerValues)
 
     def close(self) -> None:
         pass
