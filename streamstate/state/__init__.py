@@ -15,8 +15,8 @@ native ``session_window`` aggregation                  38.8k      1.00
 
 Their cost is per group and per state call, so the engine runs ``transformWithStateInPandas``
 grouped by *bucket* of keys rather than by key (:mod:`streamstate.state.processor`; the
-benchmarks in the README give today's figures): a stateless step packs each bucket's records into one
-Arrow blob (:mod:`~streamstate.state.packing`), and a bucket visit
+README's benchmarks give today's figures): a stateless step packs each bucket's records into
+one Arrow blob (:mod:`~streamstate.state.packing`), and a bucket visit
 (:mod:`~streamstate.state.buckets`, :mod:`~streamstate.state.visits`) runs the per-key logic
 (:mod:`~streamstate.state.keyrun`) for each of its keys with new data or a due timer, over the
 bucket's hot set (one state value), a cold map for keys evicted from it and a timer wheel.
