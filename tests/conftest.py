@@ -169,6 +169,16 @@ def new_stream(kinesis_settings):
     return make
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch_under_pytest(tmp_path_factory):
+    """Spark's scratch directories (shuffle files, RocksDB's working copies of the state) under
+    this session's temporary directory, for every Spark JVM the tests start, in-process or as
+    a job process (they inherit the environment). A JVM removes its ``spark-*`` directory when
+    it exits, but the crash tests kill theirs, and each full run left about 75 of them (up to
+    40 MB each) in /tmp; here pytest's own retention of its last three runs removes them."""
+    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-scratch"))
+
+
 @pytest.fixture(scope="session")
 def spark(stack, tmp_path_factory):
     """One SparkSession (local[2], RocksDB state store) for every Spark test, with Spark's
