@@ -26,7 +26,7 @@ import pstats
 import time
 import zlib
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
@@ -35,11 +35,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from bench.__main__ import SEED
 from streamstate.contracts import Metric, UserEvent
 from streamstate.jobs import anomalies_job, sessions_job
-from streamstate.state.buckets import TICK_MS, MemoryBucketStore
-from streamstate.state.keyrun import INPUT_COLUMNS, Plan
+from streamstate.state.buckets import MemoryBucketStore
+from streamstate.state.keyrun import INPUT_COLUMNS
 from streamstate.state.packing import BLOB, BUCKET, pack
-from streamstate.state.processor import BucketProcessor
-from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, validated_schema, with_dead_letters
+from streamstate.state.operators import bucket_processor
+from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, validated_schema, validated_spec
 from streamstate.producers.generators import MetricGenerator, UserEventGenerator
 from streamstate.settings import Settings
 
@@ -93,7 +93,6 @@ def main() -> None:
     job, contract, key, generator = JOBS[args.job]
     settings = Settings()
     spec = job.state_spec(settings)
-    plan = Plan.of(replace(spec, func=with_dead_letters(spec.func)))
     schema = to_arrow_schema(validated_schema(contract))
     value_type = pa.struct([schema.field(name) for name in (*job.STATE_COLUMNS, *DEAD_LETTER_COLUMNS)])
 
@@ -106,7 +105,7 @@ def main() -> None:
         packed = packed_batch(chunk, start, key, value_type, spec.bucket_count)
         batches.append((packed, max(r["ts"] for r in chunk)))
 
-    processor = BucketProcessor(plan, "EventTime", -(-spec.hot_key_capacity // spec.bucket_count), TICK_MS)
+    processor = bucket_processor(validated_spec(spec), ordered_by_offset=True)  # as map_validated builds it
     stores: dict[int, MemoryBucketStore] = {}
     clock = Clock()
 

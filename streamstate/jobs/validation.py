@@ -216,7 +216,7 @@ def map_validated(
         .withWatermark(LATEST, f"{watermark_delay_ms} milliseconds")
         .select(BUCKET, BLOB)
     )
-    return map_packed(packed, replace(spec, func=with_dead_letters(spec.func)), key_type=T.StringType(), ordered_by_offset=True)
+    return map_packed(packed, validated_spec(spec), key_type=T.StringType(), ordered_by_offset=True)
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,11 @@ def _validating_packer(model: type[UserEvent] | type[Metric], schema: T.StructTy
         return pack((layout.lay_out(validated) for validated in validate(batches)), latest_of=INPUT_COLUMNS[TIME])
 
     return validate_and_pack
+
+
+def validated_spec(spec: StateSpec) -> StateSpec:
+    """``spec`` as :func:`map_validated` runs it: its function under :func:`with_dead_letters`."""
+    return replace(spec, func=with_dead_letters(spec.func))
 
 
 def with_dead_letters(func: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:

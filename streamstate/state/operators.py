@@ -188,16 +188,20 @@ def map_packed(
     if spec.initial is not None:
         keyed = _initial_state(packed.sparkSession, key_type, spec)
         initial = keyed.withColumn(BUCKET, bucket_of(keyed["key"], spec)).groupBy(BUCKET)
-    time_mode = _time_mode(spec)
-    hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
     rows = packed.groupBy(BUCKET).transformWithStateInPandas(
-        statefulProcessor=BucketProcessor(Plan.of(spec, ordered_by_offset), time_mode, hot_capacity, TICK_MS),
+        statefulProcessor=bucket_processor(spec, ordered_by_offset),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
-        timeMode=time_mode,
+        timeMode=_time_mode(spec),
         initialState=initial,
     )
     return StateResult(all=rows, output_schema=output_schema, output_column=output_column, source_columns=source_columns)
+
+
+def bucket_processor(spec: StateSpec, ordered_by_offset: bool) -> BucketProcessor:
+    """The processor :func:`map_packed` runs for ``spec``: each bucket's share of the hot keys."""
+    hot_capacity = -(-spec.hot_key_capacity // spec.bucket_count)
+    return BucketProcessor(Plan.of(spec, ordered_by_offset), _time_mode(spec), hot_capacity, TICK_MS)
 
 
 def _own_pack() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -8,7 +8,6 @@ import gc
 import json
 import subprocess
 import sys
-from dataclasses import replace
 
 import pandas as pd
 import pyarrow as pa
@@ -18,12 +17,13 @@ from pyspark import cloudpickle
 
 from bench.profile_buckets import Clock
 from streamstate.jobs import sessions_job
-from streamstate.jobs.validation import with_dead_letters
+from streamstate.jobs.validation import validated_spec
 from streamstate.settings import Settings
 from streamstate.state import StateSpec
 from streamstate.state.buckets import TICK_MS, MemoryBucketStore
 from streamstate.state.keyrun import INPUT_COLUMNS, OUTPUT, SNAPSHOT, Plan
 from streamstate.state.packing import BLOB, BUCKET, pack
+from streamstate.state.operators import bucket_processor
 from streamstate.state.processor import BucketProcessor
 
 
@@ -102,8 +102,7 @@ HEAVY_MODULES = ("pandas", "pyarrow", "numpy", "pydantic", "streamstate.state.op
 def test_unpickling_a_jobs_processor_imports_nothing_heavier_than_pyspark(tmp_path):
     # Spark unpickles the processor in a fresh driver-side process at each query's start only
     # to call init(); what that process imports is part of every query's first batch.
-    spec = sessions_job.state_spec(Settings())
-    processor = BucketProcessor(Plan.of(replace(spec, func=with_dead_letters(spec.func)), True), "EventTime", 100, TICK_MS)
+    processor = bucket_processor(validated_spec(sessions_job.state_spec(Settings())), ordered_by_offset=True)
     pickled = tmp_path / "processor.pickle"
     pickled.write_bytes(cloudpickle.dumps(processor))
     script = (
