@@ -89,6 +89,11 @@ class Settings(BaseSettings):
         "launch, else one per core Spark runs on); an existing checkpoint keeps its own count, and a set value that "
         "differs from it stops the job at start.",
     )
+    source_tasks: int | None = Field(
+        None, ge=1, description="Tasks that read and validate a micro-batch's input (unset: one per core Spark runs on "
+        "when the query starts); an input of fewer partitions is read in one task per partition. Each task costs the "
+        "same fixed time whatever its records, so more tasks than cores make a batch slower.",
+    )
     state_buckets: int | None = Field(
         None, ge=1, description="Buckets the jobs group their keys into in a new checkpoint (Spark's per-group cost is "
         f"paid per bucket; unset: {NEW_CHECKPOINT_BUCKETS}); an existing checkpoint keeps its own count, and a set "

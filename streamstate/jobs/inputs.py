@@ -6,6 +6,12 @@ beginning (TRIM_HORIZON, as ``earliest`` on Kafka) and mapped onto those columns
 the stream, ``partition`` the shard's number, ``offset`` the record's dense ordinal in its
 shard, ``timestamp`` its approximate arrival time (``timestampType`` 1, log-append time); the
 exact ``sequenceNumber`` rides along into dead letters. Outputs stay on Kafka either way.
+
+A batch reads its input in at most one task per core (``Settings.source_tasks``): Spark plans a
+task per topic partition (or shard), and each task pays the same fixed cost whatever its
+records (its start, the Python worker's Arrow exchange, its shuffle files), so a topic of four
+partitions on two cores read in two waves cost a latency batch 150 ms more (docs/profile.md).
+Coalescing joins whole partitions in one task, in order, with no shuffle.
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ LOG_APPEND_TIME = 1  # Kafka's timestampType for a broker-assigned time, like Ki
 
 
 def read_input(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
-    """The input ``topic`` (a Kafka topic, or the Kinesis stream of that name) from its beginning."""
+    """The input ``topic`` (a Kafka topic, or the Kinesis stream of that name) from its beginning,
+    in at most ``settings.source_tasks`` tasks a batch (unset: Spark's cores)."""
     if settings.source == "kinesis":
-        return kinesis_as_kafka_columns(read_kinesis(spark, settings, streamName=topic, startingPosition="TRIM_HORIZON"))
-    return read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest")
+        records = kinesis_as_kafka_columns(read_kinesis(spark, settings, streamName=topic, startingPosition="TRIM_HORIZON"))
+    else:
+        records = read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest")
+    return records.coalesce(settings.source_tasks or spark.sparkContext.defaultParallelism)
 
 
 def kinesis_as_kafka_columns(df: DataFrame) -> DataFrame:
