@@ -33,13 +33,27 @@ def test_job_reads_its_topic_once(spark, settings, job):
 
 @pytest.mark.parametrize("job", JOBS.values(), ids=list(JOBS))
 def test_jobs_read_a_batch_in_one_task_per_core(spark, settings, job, new_topic, bootstrap, tmp_path):
-    """A topic of four partitions on Spark's two cores: the batch's stages run two tasks each,
-    not one per partition (each task's fixed cost made a batch 150 ms slower, docs/profile.md),
-    and every partition's records are still read."""
+    """A topic of four partitions on Spark's two cores: no stage of the batch runs more tasks
+    than cores (a task per partition made a batch 150 ms slower, docs/profile.md), and every
+    partition's records are still read."""
     cores = spark.sparkContext.defaultParallelism
+    assert cores < 4
+    tasks = _batch_stage_tasks(spark, settings, job, new_topic, bootstrap, tmp_path)
+    assert tasks[0] == cores and max(tasks) <= cores, tasks
+
+
+def test_the_read_tasks_are_a_setting(spark, settings, new_topic, bootstrap, tmp_path):
+    job = JOBS["sessions"]
+    tasks = _batch_stage_tasks(spark, settings.model_copy(update={"source_tasks": 1}), job, new_topic, bootstrap, tmp_path)
+    assert tasks[0] == 1, tasks
+
+
+def _batch_stage_tasks(spark, settings, job, new_topic, bootstrap, tmp_path) -> list[int]:
+    """Run ``job`` over one invalid record in each partition of a four-partition topic, check
+    each partition's record came out as a dead letter, and return the tasks of each stage of
+    the batch, the source stage first."""
     run = settings.model_copy(update=pipeline_topics(new_topic))
     (topic,) = job.input_topics(run)
-    assert cores < 4
     producer = Producer(producer_config(bootstrap))
     for partition in range(4):
         producer.produce(topic, value=b"not json", partition=partition)
@@ -48,13 +62,12 @@ def test_jobs_read_a_batch_in_one_task_per_core(spark, settings, job, new_topic,
     query = start_query(spark, run, job, str(tmp_path / job.name), available_now=True)
     query.awaitTermination(180)
     assert not query.isActive and query.exception() is None, query.exception()
-
-    tracker = spark.sparkContext.statusTracker()
-    stages = [tracker.getStageInfo(stage) for j in tracker.getJobIdsForGroup(str(query.runId))
-              for stage in tracker.getJobInfo(j).stageIds]
-    assert stages and max(stage.numTasks for stage in stages if stage is not None) <= cores
     letters = [DeadLetter.model_validate_json(r.value()) for r in read_topic(bootstrap, run.topic_dead_letters)]
     assert sorted(letter.source_partition for letter in letters) == [0, 1, 2, 3]
+
+    tracker = spark.sparkContext.statusTracker()
+    stage_ids = sorted(stage for j in tracker.getJobIdsForGroup(str(query.runId)) for stage in tracker.getJobInfo(j).stageIds)
+    return [info.numTasks for info in map(tracker.getStageInfo, stage_ids) if info is not None]
 
 
 def test_the_third_job_of_the_docs_runs_on_kafka(spark, settings, new_topic, bootstrap, tmp_path):
