@@ -91,8 +91,9 @@ class Settings(BaseSettings):
     )
     source_tasks: int | None = Field(
         None, ge=1, description="Tasks that read and validate a micro-batch's input (unset: one per core Spark runs on "
-        "when the query starts); an input of fewer partitions is read in one task per partition. Each task costs the "
-        "same fixed time whatever its records, so more tasks than cores make a batch slower.",
+        "when the query starts, or per state partition where the query has more); an input of fewer partitions is read "
+        "in one task per partition. Each task costs the same fixed time whatever its records, so more tasks than cores "
+        "make a batch slower.",
     )
     state_buckets: int | None = Field(
         None, ge=1, description="Buckets the jobs group their keys into in a new checkpoint (Spark's per-group cost is "

@@ -7,11 +7,14 @@ the stream, ``partition`` the shard's number, ``offset`` the record's dense ordi
 shard, ``timestamp`` its approximate arrival time (``timestampType`` 1, log-append time); the
 exact ``sequenceNumber`` rides along into dead letters. Outputs stay on Kafka either way.
 
-A batch reads its input in at most one task per core (``Settings.source_tasks``): Spark plans a
-task per topic partition (or shard), and each task pays the same fixed cost whatever its
-records (its start, the Python worker's Arrow exchange, its shuffle files), so a topic of four
-partitions on two cores read in two waves cost a latency batch 150 ms more (docs/profile.md).
-Coalescing joins whole partitions in one task, in order, with no shuffle.
+A batch reads its input in at most one task per core, or per state partition where the query
+has more of those (``Settings.source_tasks`` sets it): Spark plans a task per topic partition
+(or shard), and each task pays the same fixed cost whatever its records (its start, the Python
+worker's Arrow exchange, its shuffle files), so a topic of four partitions on two cores read in
+two waves cost a latency batch 150 ms more (docs/profile.md). Coalescing joins whole partitions
+in one task, in order, with no shuffle. The state partitions count because on a cluster they are
+sized for its executors (docs/cluster.md), where the cores Spark reports at a query's start
+miss executors that register later.
 """
 
 from __future__ import annotations
@@ -28,12 +31,18 @@ LOG_APPEND_TIME = 1  # Kafka's timestampType for a broker-assigned time, like Ki
 
 def read_input(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
     """The input ``topic`` (a Kafka topic, or the Kinesis stream of that name) from its beginning,
-    in at most ``settings.source_tasks`` tasks a batch (unset: Spark's cores)."""
+    in at most :func:`read_tasks` tasks a batch."""
     if settings.source == "kinesis":
         records = kinesis_as_kafka_columns(read_kinesis(spark, settings, streamName=topic, startingPosition="TRIM_HORIZON"))
     else:
         records = read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest")
-    return records.coalesce(settings.source_tasks or spark.sparkContext.defaultParallelism)
+    return records.coalesce(read_tasks(spark, settings))
+
+
+def read_tasks(spark: SparkSession, settings: Settings) -> int:
+    """``settings.source_tasks``, else Spark's cores or the query's state partitions
+    (``spark.sql.shuffle.partitions``, which the runner sets to the checkpoint's count), the larger."""
+    return settings.source_tasks or max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
 
 
 def kinesis_as_kafka_columns(df: DataFrame) -> DataFrame:

@@ -42,10 +42,13 @@ def test_jobs_read_a_batch_in_one_task_per_core(spark, settings, job, new_topic,
     assert tasks[0] == cores and max(tasks) <= cores, tasks
 
 
-def test_the_read_tasks_are_a_setting(spark, settings, new_topic, bootstrap, tmp_path):
-    job = JOBS["sessions"]
-    tasks = _batch_stage_tasks(spark, settings.model_copy(update={"source_tasks": 1}), job, new_topic, bootstrap, tmp_path)
-    assert tasks[0] == 1, tasks
+@pytest.mark.parametrize(("setting", "read_tasks"), [({"source_tasks": 1}, 1), ({"shuffle_partitions": 3}, 3)],
+                         ids=["set", "one per state partition"])
+def test_the_read_tasks_follow_the_setting_or_the_state_partitions(spark, settings, setting, read_tasks, new_topic, bootstrap, tmp_path):
+    """Set, the read tasks are what is set; unset, as many as the state partitions where a query
+    has more of those than cores (on a cluster they count the executors' cores)."""
+    tasks = _batch_stage_tasks(spark, settings.model_copy(update=setting), JOBS["sessions"], new_topic, bootstrap, tmp_path)
+    assert tasks[0] == read_tasks, tasks
 
 
 def _batch_stage_tasks(spark, settings, job, new_topic, bootstrap, tmp_path) -> list[int]:
