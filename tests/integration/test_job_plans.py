@@ -47,7 +47,11 @@ def test_jobs_read_a_batch_in_one_task_per_core(spark, settings, job, new_topic,
 def test_the_read_tasks_follow_the_setting_or_the_state_partitions(spark, settings, setting, read_tasks, new_topic, bootstrap, tmp_path):
     """Set, the read tasks are what is set; unset, as many as the state partitions where a query
     has more of those than cores (on a cluster they count the executors' cores)."""
-    tasks = _batch_stage_tasks(spark, settings.model_copy(update=setting), JOBS["sessions"], new_topic, bootstrap, tmp_path)
+    shared = spark.conf.get("spark.sql.shuffle.partitions")  # the runner sets the query's count on the shared session
+    try:
+        tasks = _batch_stage_tasks(spark, settings.model_copy(update=setting), JOBS["sessions"], new_topic, bootstrap, tmp_path)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shared)
     assert tasks[0] == read_tasks, tasks
 
 
