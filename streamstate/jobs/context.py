@@ -35,13 +35,15 @@ class JobContext:
     job: JobSpec
     # The checkpoint's bucket labels (see streamstate.jobs.checkpoints.bucket_labels); None: the spec's own.
     bucket_labels: tuple[int, ...] | None = None
+    # The query's state partitions (the checkpoint's count); None: not known, the reads follow the cores.
+    state_partitions: int | None = None
 
     def read_input(self) -> DataFrame:
         """The job's declared input from its beginning: one Kafka topic or Kinesis stream."""
         topics = self.job.input_topics(self.settings)
         if len(topics) != 1:
             raise JobDeclarationError(f"job {self.job.name!r} declares {len(topics)} inputs; read_input reads exactly one")
-        return read_input(self.spark, self.settings, topics[0])
+        return read_input(self.spark, self.settings, topics[0], self.state_partitions)
 
     def keyed_state_rows(
         self, contract: type[UserEvent] | type[Metric], key: str, columns: Sequence[str], spec: StateSpec, snapshots: Kind | None

@@ -29,20 +29,19 @@ from streamstate.settings import Settings
 LOG_APPEND_TIME = 1  # Kafka's timestampType for a broker-assigned time, like Kinesis' arrival time
 
 
-def read_input(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+def read_input(spark: SparkSession, settings: Settings, topic: str, state_partitions: int | None = None) -> DataFrame:
     """The input ``topic`` (a Kafka topic, or the Kinesis stream of that name) from its beginning,
-    in at most :func:`read_tasks` tasks a batch."""
+    in at most :func:`read_tasks` tasks a batch (``state_partitions``: the reading query's)."""
     if settings.source == "kinesis":
         records = kinesis_as_kafka_columns(read_kinesis(spark, settings, streamName=topic, startingPosition="TRIM_HORIZON"))
     else:
         records = read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest")
-    return records.coalesce(read_tasks(spark, settings))
+    return records.coalesce(read_tasks(spark, settings, state_partitions))
 
 
-def read_tasks(spark: SparkSession, settings: Settings) -> int:
-    """``settings.source_tasks``, else Spark's cores or the query's state partitions
-    (``spark.sql.shuffle.partitions``, which the runner sets to the checkpoint's count), the larger."""
-    return settings.source_tasks or max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
+def read_tasks(spark: SparkSession, settings: Settings, state_partitions: int | None = None) -> int:
+    """``settings.source_tasks``, else Spark's cores or the query's state partitions, the larger."""
+    return settings.source_tasks or max(spark.sparkContext.defaultParallelism, state_partitions or 0)
 
 
 def kinesis_as_kafka_columns(df: DataFrame) -> DataFrame:

@@ -133,7 +133,7 @@ def start_query(
         def transactional_query() -> str:
             return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
     writer = (
-        query.build(JobContext(spark, settings, job, labels))
+        query.build(JobContext(spark, settings, job, labels, partitions))
         .writeStream.queryName(query.name)
         .outputMode(query.output_mode)
         .option("checkpointLocation", checkpoint)
