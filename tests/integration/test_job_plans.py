@@ -10,14 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from streamstate.contracts import Alert, DeadLetter
 from streamstate.jobs.context import JobContext
 from streamstate.jobs.registry import JOBS
 from streamstate.jobs.runner import start_query
-from streamstate.kafka_clients import producer_config
 from tests.doc_job import load_doc_job
+from tests.integration.kafka_testing import produce
 from tests.scenario import pipeline_topics, read_topic
 from tests.state_queries import produce_json
 
@@ -61,10 +60,7 @@ def _batch_stage_tasks(spark, settings, job, new_topic, bootstrap, tmp_path) -> 
     the batch, the source stage first."""
     run = settings.model_copy(update=pipeline_topics(new_topic))
     (topic,) = job.input_topics(run)
-    producer = Producer(producer_config(bootstrap))
-    for partition in range(4):
-        producer.produce(topic, value=b"not json", partition=partition)
-    assert producer.flush(30) == 0
+    produce(bootstrap, topic, [(None, b"not json", partition) for partition in range(4)])
 
     query = start_query(spark, run, job, str(tmp_path / job.name), available_now=True)
     query.awaitTermination(180)
