@@ -217,6 +217,25 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
         compose_stack.stop()  # `down -v`: the next run starts from empty volumes
 
 
+def assert_kafka_tools_work(stack: Stack, outputs) -> None:
+    """Kafka's own tools, as users of the official image call them, inside the broker's container:
+    a read_committed console consumer prints an alert the jobs wrote, and the consumer-groups and
+    configs tools answer."""
+    from streamstate.contracts import Alert
+
+    first = stack.cli(
+        "exec", "-T", "kafka", "kafka-console-consumer.sh", "--bootstrap-server", "kafka:9092", "--topic", "alerts",
+        "--from-beginning", "--isolation-level", "read_committed", "--max-messages", "1", "--timeout-ms", "60000",
+    )
+    alert = Alert.model_validate_json(first.strip().splitlines()[-1])
+    assert alert.alert_id in outputs.alerts, f"the console consumer printed an alert the jobs did not write: {first[:500]}"
+    groups = stack.cli("exec", "-T", "kafka", "kafka-consumer-groups.sh", "--bootstrap-server", "kafka:9092", "--list")
+    assert groups.strip(), "kafka-consumer-groups.sh --list printed no group (the API's and the jobs' exist)"
+    configs = stack.cli("exec", "-T", "kafka", "kafka-configs.sh", "--bootstrap-server", "kafka:9092",
+                        "--describe", "--entity-type", "topics", "--entity-name", "session-state")
+    assert "cleanup.policy=compact" in configs, configs[:1000]
+
+
 def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs
 
@@ -259,6 +278,7 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
 
     # The worker's and the broker's kills failed tasks mid-write: their transactions were aborted.
     assert outputs.duplicates() == {}, f"a read_committed consumer sees records twice: {outputs.duplicates()}"
+    assert_kafka_tools_work(stack, outputs)
 
     # 3. down (volumes kept) and up: the jobs resume from their S3 checkpoints. A job that lost
     # its offsets or state would read its input again and write every alert, closed session

@@ -1,0 +1,2 @@
+#!/bin/sh
+exec /opt/kafka/bin/kafka-run-tool.sh org.apache.kafka.tools.consumer.group.ConsumerGroupCommand "$@"
