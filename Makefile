@@ -32,10 +32,12 @@ run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter 
 test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker engine and the images included
 	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
-images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs)
+images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs); plain `docker compose` then runs them
 	bash infra/docker/engine.sh start
 	bash infra/deps/install-mc.sh
 	bash infra/docker/build-images.sh
+	bash infra/docker/use-local-images.sh
+	bash infra/docker/engine.sh status
 
 broker-deps: setup              ## Apache Kafka's jars, Spark's Kafka connector and the checkpoint classes of spark-jobs/jvm/ (cached in .deps/)
 	bash infra/deps/install-spark-jars.sh

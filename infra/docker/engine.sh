@@ -6,6 +6,7 @@
 #                     and dockerd started in the background when no engine answers. Only a
 #                     daemon started here is recorded (var/docker/dockerd.pid).
 #   engine.sh stop    stops the daemon that `start` started (by its PID), nothing else.
+#   engine.sh status  says whether a daemon this project started is left running, and how to stop it.
 # Installing needs root (or sudo), as apt-get does.
 set -euo pipefail
 
@@ -89,8 +90,20 @@ stop() {
     rm -f "$PIDFILE"
 }
 
+# What a user is left with after `make images`: an engine this project started keeps running
+# (the stack needs it), so say so, and how to stop it.
+status() {
+    if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+        say "left running: dockerd (PID $(cat "$PIDFILE"), started by this project; log: $LOG)."
+        say "stop it, after \`docker compose down\`, with: bash infra/docker/engine.sh stop"
+    elif engine_answers; then
+        say "the Docker engine that was already running is left as it was"
+    fi
+}
+
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    *) die "usage: $0 start|stop" ;;
+    status) status ;;
+    *) die "usage: $0 start|stop|status" ;;
 esac

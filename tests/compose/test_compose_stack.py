@@ -13,7 +13,12 @@ which took the test, run alone, from about 10 to 6.7 minutes on 2 cores. Then, i
    reference exactly, and the checkpoints are objects in the MinIO bucket;
 3. ``docker compose down`` (volumes kept) and ``up``: the jobs resume from their S3
    checkpoints and re-emit nothing; the scenario's last part then brings the outputs to
-   the reference again, so nothing was lost either.
+   the reference again, so nothing was lost either;
+4. the demo ``producers`` service for a minute: the outputs flow, every Prometheus target is
+   up and every dashboard panel's query returns data through compose's Prometheus.
+
+Kafka's own tools run inside the broker's container along the way, as users call them
+(``docker compose exec kafka kafka-console-consumer.sh ... --isolation-level read_committed``).
 
 Without a Docker engine every test here fails rather than skips unless DOCKER_TESTS=off is
 set: `make test` starts one (infra/docker/engine.sh). testcontainers' DockerCompose drives
@@ -30,6 +35,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
 from streamstate.settings import REPO_ROOT, Settings
@@ -38,6 +44,7 @@ from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, com
 
 PROJECT = "streamstate-compose-test"
 JVM_OPTIONS_FILE = Path(__file__).with_name("jvm-options.override.yml")
+PROMETHEUS_CONFIG = REPO_ROOT / "infra" / "prometheus" / "prometheus.yml"
 SCENARIO_SEED = 2026
 # The demo producers would mix their traffic into the scenario's topics; Grafana has no local image.
 SERVICES = ["secrets", "kafka", "topics", "minio", "minio-init", "spark-master", "spark-worker-1", "spark-worker-2",
@@ -48,6 +55,10 @@ JOB_METRICS_PORTS = {
 }
 # The scenario in five parts: one before each fault, one after the down/up.
 PARTS = 5
+# Then the demo producers, as a plain `docker compose up` runs them, for this long.
+DEMO_LOAD_S = 60
+# Topics every minute of demo traffic writes to (closed sessions and alerts need longer).
+DEMO_OUTPUTS = ("session-state", "metric-state", "event-counts")
 HEALTHY_WITHIN_S = 600
 
 
@@ -78,8 +89,9 @@ pytestmark = [
 class Stack:
     """The running compose project: its CLI, the host ports it publishes, its generated token."""
 
-    def __init__(self, compose_stack, bootstrap: str, api_url: str):
+    def __init__(self, compose_stack, bootstrap: str, api_url: str, prometheus_port: int):
         self.compose, self.bootstrap, self.api_url = compose_stack, bootstrap, api_url
+        self.prometheus_port = prometheus_port
         self.token = self.read_secret(SECRETS["API_TOKEN"])
 
     def cli(self, *arguments: str, timeout: float = 600) -> str:
@@ -210,7 +222,8 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
             compose_stack.start()
         except subprocess.CalledProcessError as error:
             raise AssertionError(up_failure(compose_stack, error)) from None
-        running = Stack(compose_stack, f"127.0.0.1:{ports['KAFKA_HOST_PORT']}", f"http://127.0.0.1:{ports['API_PORT']}")
+        running = Stack(compose_stack, f"127.0.0.1:{ports['KAFKA_HOST_PORT']}", f"http://127.0.0.1:{ports['API_PORT']}",
+                        ports["PROMETHEUS_PORT"])
         running.wait_until_healthy(SERVICES)
         yield running
     finally:
@@ -234,6 +247,57 @@ def assert_kafka_tools_work(stack: Stack, outputs) -> None:
     configs = stack.cli("exec", "-T", "kafka", "kafka-configs.sh", "--bootstrap-server", "kafka:9092",
                         "--describe", "--entity-type", "topics", "--entity-name", "session-state")
     assert "cleanup.policy=compact" in configs, configs[:1000]
+
+
+def topic_ends(bootstrap: str, topics: tuple[str, ...]) -> dict[str, int]:
+    """The sum of each topic's partitions' end offsets, from the host."""
+    from confluent_kafka import Consumer
+
+    from streamstate.kafka_clients import watermarks
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compose-test-ends"})
+    try:
+        metadata = consumer.list_topics(timeout=30)
+        partitions = [(topic, p) for topic in topics for p in metadata.topics[topic].partitions]
+        ends: dict[str, int] = dict.fromkeys(topics, 0)
+        for (topic, _), (_, end) in watermarks(consumer, partitions).items():
+            ends[topic] += end
+        return ends
+    finally:
+        consumer.close()
+
+
+def assert_demo_load_flows(stack: Stack) -> None:
+    """A minute of the demo producers (the compose service, as `docker compose up` runs it): the
+    outputs flow, every Prometheus scrape target is up, and every dashboard panel's query returns
+    data through compose's own Prometheus, under compose's defaults."""
+    from tests.dashboards import Prometheus, every_panel_query
+
+    scrape_jobs = {job["job_name"] for job in yaml.safe_load(PROMETHEUS_CONFIG.read_text())["scrape_configs"]}
+    prometheus = Prometheus(stack.prometheus_port)
+    before = topic_ends(stack.bootstrap, DEMO_OUTPUTS)
+    stack.cli("up", "--detach", "producers")
+    try:
+        stack.wait_until_healthy(["producers"])
+        deadline = time.monotonic() + DEMO_LOAD_S
+        while time.monotonic() < deadline:
+            stack.api_page("/sessions?limit=5")  # the API's request panels need requests
+            time.sleep(5)
+        state = stack.cli("ps", "--format", "{{.Service}} {{.State}}", "producers")
+        assert "running" in state, f"the demo producers stopped: {state}\n{stack.cli('logs', '--tail', '40', 'producers')}"
+        after = topic_ends(stack.bootstrap, DEMO_OUTPUTS)
+        still = [topic for topic in DEMO_OUTPUTS if after[topic] <= before[topic]]
+        assert not still, f"no output on {still} after {DEMO_LOAD_S} s of demo traffic ({before} -> {after})"
+        assert scrape_jobs <= prometheus.targets_up(), f"scrape targets down: {sorted(scrape_jobs - prometheus.targets_up())}"
+        queries = every_panel_query()
+        deadline = time.monotonic() + 120  # the panels' [1m] windows need a few scrapes of the traffic
+        while (empty := prometheus.empty_queries(queries)) and time.monotonic() < deadline:
+            stack.api_page("/alerts?limit=5")
+            time.sleep(5)
+        assert not empty, f"{len(empty)} of {len(queries)} dashboard queries return no data under compose:\n" + "\n".join(
+            f"  - {q}: {q.expr}" for q in empty)
+    finally:
+        stack.cli("stop", "producers")
 
 
 def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
@@ -302,3 +366,6 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     for field, records in outputs.copies.items():
         written, new = records - before.copies[field], len(getattr(outputs, field)) - len(getattr(before, field))
         assert written == new, f"{field}: {written} records written after up for {new} new ones"
+
+    # 4. The demo traffic, the scrape targets and the dashboards, under compose's own defaults.
+    assert_demo_load_flows(stack)

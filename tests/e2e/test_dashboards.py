@@ -8,8 +8,6 @@ Panels that stay empty are reported together, by dashboard and panel title.
 
 from __future__ import annotations
 
-import json
-import math
 import shutil
 import subprocess
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboards import PanelQuery, load_dashboards, panel_queries
+from tests.dashboards import PanelQuery, Prometheus, every_panel_query
 from streamstate.settings import REPO_ROOT
 from streamstate.stack.launcher import EmbeddedStack, free_port
 from streamstate.topics import TopicSpec, create_topics, load_topics
@@ -68,29 +66,6 @@ def private_topics(stack: EmbeddedStack) -> dict[str, str]:
     return names
 
 
-class Prometheus:
-    def __init__(self, port: int):
-        self.base = f"http://127.0.0.1:{port}"
-
-    def query(self, expr: str) -> list[dict]:
-        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.load(response)
-        if body.get("status") != "success":
-            raise AssertionError(f"Prometheus refused {expr!r}: {body.get('error')}")
-        return body["data"]["result"] if body["data"]["resultType"] == "vector" else []
-
-    def has_data(self, expr: str) -> bool:
-        """At least one series with a finite value (NaN is no data: 0/0 or an empty histogram)."""
-        return any(math.isfinite(float(sample["value"][1])) for sample in self.query(expr))
-
-    def targets_up(self) -> set[str]:
-        try:
-            return {s["metric"]["job"] for s in self.query("up == 1")}
-        except (urllib.error.URLError, ConnectionError, OSError):
-            return set()
-
-
 def exercise_api(settings) -> None:
     """A user's few requests, so the API's latency panels see more than /metrics."""
     base = f"http://127.0.0.1:{settings.api_port}"
@@ -107,7 +82,7 @@ def wait_for_panels(prometheus: Prometheus, queries: list[PanelQuery], stack: Em
     pending = list(queries)
     while pending and time.monotonic() < deadline:
         exercise_api(stack.settings)
-        pending = [q for q in pending if not prometheus.has_data(q.expr)]
+        pending = prometheus.empty_queries(pending)
         dead = [p.name for p in stack.processes.values() if p.name != "producers" and not p.alive()]
         if dead:
             break
@@ -128,7 +103,7 @@ def describe_failure(empty: list[PanelQuery], stack: EmbeddedStack, prometheus: 
 
 def test_every_dashboard_panel_has_data(stack: EmbeddedStack, tmp_path: Path):
     ensure_prometheus()
-    queries = [q for dashboard in load_dashboards().values() for q in panel_queries(dashboard)]
+    queries = every_panel_query()
     assert queries, "no dashboard queries found"
 
     original = stack.settings
@@ -140,10 +115,7 @@ def test_every_dashboard_panel_has_data(stack: EmbeddedStack, tmp_path: Path):
         "anomalies_metrics_port": free_port(),
         "prometheus_port": free_port(),
         "checkpoint_root": str(tmp_path / "checkpoints"),
-        # The per-series z-score panel shows series ids only when asked, and only those above
-        # the threshold: a low one keeps some there at any moment (normal values included).
-        "api_metrics_series_ids": True,
-        "anomaly_threshold": 1.0,
+        # Nothing else: every panel must show data under the defaults compose runs with too.
     })
     started = []
     try:
