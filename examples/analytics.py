@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import main_for, read_json_topic
 from streamstate.state import StateResult, update_state_by_key
-from streamstate.settings import Settings
 
 SCHEMA = "series_id STRING, ts LONG, value DOUBLE"
 
@@ -50,8 +49,8 @@ def running_analytics(metrics: DataFrame) -> StateResult:
     return update_state_by_key(metrics, key="series_id", func=update_analytics, value="value", state_type=Analytics)
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return running_analytics(read_json_topic(spark, settings, topic, SCHEMA))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return running_analytics(read_json_topic(spark, bootstrap_servers, topic, SCHEMA))
 
 
 if __name__ == "__main__":

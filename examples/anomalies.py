@@ -16,7 +16,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import main_for, read_json_topic
 from streamstate.state import State, StateResult, StateSpec, map_with_state
-from streamstate.settings import Settings
 
 SCHEMA = "series_id STRING, ts LONG, value DOUBLE"
 WINDOW = 100
@@ -57,8 +56,8 @@ def detect_anomalies(metrics: DataFrame) -> StateResult:
     return map_with_state(metrics, key="series_id", spec=StateSpec.function(detect_anomaly), value="value")
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return detect_anomalies(read_json_topic(spark, settings, topic, SCHEMA))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return detect_anomalies(read_json_topic(spark, bootstrap_servers, topic, SCHEMA))
 
 
 if __name__ == "__main__":

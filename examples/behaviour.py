@@ -12,7 +12,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import EVENT_TIME, main_for, read_json_topic
 from streamstate.state import State, StateResult, StateSpec, map_with_state
-from streamstate.settings import Settings
 
 SCHEMA = "user_id STRING, type STRING, ts LONG"
 IDLE = "30 minutes"
@@ -49,8 +48,8 @@ def analyse_behaviour(events: DataFrame) -> StateResult:
     return map_with_state(events, key="user_id", spec=behaviour_spec(), value=["type", "ts"])
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return analyse_behaviour(read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="1 minute"))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return analyse_behaviour(read_json_topic(spark, bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="1 minute"))
 
 
 if __name__ == "__main__":

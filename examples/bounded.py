@@ -12,7 +12,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import main_for, read_json_topic
 from streamstate.state import State, StateResult, StateSpec, map_with_state
-from streamstate.settings import Settings
 
 SCHEMA = "key STRING, item STRING"
 MAX_ENTRIES = 1000
@@ -38,8 +37,8 @@ def bounded_counts(items: DataFrame) -> StateResult:
     return map_with_state(items, key="key", spec=StateSpec.function(count_bounded).timeout(IDLE), value="item")
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return bounded_counts(read_json_topic(spark, settings, topic, SCHEMA))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return bounded_counts(read_json_topic(spark, bootstrap_servers, topic, SCHEMA))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import main_for, read_json_topic
 from streamstate.state import StateResult, update_state_by_key
-from streamstate.settings import Settings
 
 SCHEMA = "user STRING, timestamp LONG, activity STRING"
 # The seed starts from dates that any real event falls between.
@@ -38,8 +37,8 @@ def first_and_last(events: DataFrame) -> StateResult:
     return update_state_by_key(events, key="user", func=update_user_state, value=["timestamp", "activity"])
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return first_and_last(read_json_topic(spark, settings, topic, SCHEMA))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return first_and_last(read_json_topic(spark, bootstrap_servers, topic, SCHEMA))
 
 
 if __name__ == "__main__":

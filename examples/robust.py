@@ -13,7 +13,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import main_for, read_json_topic
 from streamstate.state import State, StateResult, StateSpec, map_with_state
-from streamstate.settings import Settings
 
 SCHEMA = "key STRING, number STRING"
 
@@ -41,8 +40,8 @@ def sums(numbers: DataFrame, strict: bool = False) -> StateResult:
     return map_with_state(numbers, key="key", spec=spec, value="number")
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return sums(read_json_topic(spark, settings, topic, SCHEMA))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return sums(read_json_topic(spark, bootstrap_servers, topic, SCHEMA))
 
 
 if __name__ == "__main__":

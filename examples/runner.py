@@ -1,37 +1,49 @@
-"""What every example program shares: reading a JSON topic as a DataFrame and printing results."""
+"""What every example program shares: reading a JSON topic as a DataFrame and printing results.
+
+Standalone, as Spark's own examples are: pyspark and the state library, nothing of the
+pipeline. Spark's Kafka connector comes from Maven (``spark.jars.packages``) unless ``--jars``
+names it (``--jars "$(ls .deps/spark-jars-*/*.jar | paste -sd,)"`` after ``make deps``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from typing import Callable
+
+import pyspark
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamstate.jobs.kafka import read_kafka
-from streamstate.jobs.spark import build_spark
 from streamstate.state import StateResult
-from streamstate.settings import Settings
 
 EVENT_TIME = "event_time"
+# The state API runs on Spark's RocksDB state store (its default store refuses transformWithState).
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def read_json_topic(
     spark: SparkSession,
-    settings: Settings,
+    bootstrap_servers: str,
     topic: str,
     schema: str,
     event_time_ms: str | None = None,
     watermark_delay: str = "0 seconds",
     records_per_batch: int | None = None,
+    **kafka_options: str,
 ) -> DataFrame:
     """The topic's JSON values parsed with ``schema`` (DDL), plus topic/partition/offset.
 
     With ``event_time_ms`` (an epoch-ms field) it adds an ``event_time`` timestamp column
     carrying a watermark ``watermark_delay`` behind the newest event. ``records_per_batch``
-    caps each micro-batch (Kafka's ``maxOffsetsPerTrigger``).
+    caps each micro-batch (Kafka's ``maxOffsetsPerTrigger``). ``kafka_options`` go to Spark's
+    Kafka source as they are (``**{"kafka.security.protocol": "SASL_SSL"}``).
     """
-    raw = read_kafka(spark, settings, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=records_per_batch)
+    options = {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "startingOffsets": "earliest", **kafka_options}
+    if records_per_batch is not None:
+        options["maxOffsetsPerTrigger"] = str(records_per_batch)
+    raw = spark.readStream.format("kafka").options(**options).load()
     parsed = raw.select(
         F.from_json(F.col("value").cast("string"), schema).alias("record"), "topic", "partition", "offset"
     ).select("record.*", "topic", "partition", "offset")
@@ -56,19 +68,28 @@ def print_batch(result: StateResult) -> Callable[[DataFrame, int], None]:
     return show
 
 
-def main_for(description: str, build: Callable[[SparkSession, Settings, str], StateResult]) -> None:
-    """Command line of an example: ``--topic T``; runs until interrupted."""
+def main_for(description: str, build: Callable[[SparkSession, str, str], StateResult]) -> None:
+    """Command line of an example: ``--topic T [--bootstrap-servers B] [--checkpoint DIR]``;
+    runs until interrupted."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--topic", required=True, help="Kafka topic to read (JSON values)")
-    parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: under the settings root)")
+    parser.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers (default: %(default)s)")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: a new temporary directory)")
+    parser.add_argument("--trigger", default="2 seconds", help="processing-time trigger interval (default: %(default)s)")
+    parser.add_argument("--jars", default=None, help="Spark's Kafka connector and its dependencies as jar paths, comma-separated "
+                        "(default: resolved from Maven through spark.jars.packages)")
     args = parser.parse_args()
-    settings = Settings()
-    spark = build_spark(settings, app_name=parser.prog)
-    result = build(spark, settings, args.topic)
+    builder = SparkSession.builder.appName(parser.prog).config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    if args.jars:
+        builder = builder.config("spark.jars", args.jars)
+    else:
+        builder = builder.config("spark.jars.packages", f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}")
+    spark = builder.getOrCreate()
+    result = build(spark, args.bootstrap_servers, args.topic)
     query = (
         result.all.writeStream.foreachBatch(print_batch(result))
-        .option("checkpointLocation", args.checkpoint or settings.checkpoint(f"example-{parser.prog}"))
-        .trigger(processingTime=settings.trigger_interval)
+        .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix=f"{parser.prog}-"))
+        .trigger(processingTime=args.trigger)
         .start()
     )
     query.awaitTermination()

@@ -15,7 +15,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from examples.runner import EVENT_TIME, main_for, read_json_topic
 from streamstate.state import StateResult, update_state_by_key
-from streamstate.settings import Settings
 
 SCHEMA = "user_id STRING, type STRING, ts LONG"
 INACTIVITY = "30 minutes"
@@ -48,8 +47,8 @@ def track_sessions(events: DataFrame) -> StateResult:
     )
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return track_sessions(read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="1 minute"))
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return track_sessions(read_json_topic(spark, bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="1 minute"))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from examples.runner import EVENT_TIME, main_for, read_json_topic
-from streamstate.settings import Settings
 from streamstate.state import (
     WindowResult,
     count_by_value_and_window,
@@ -75,8 +74,8 @@ def word_frequencies(word_df: DataFrame, event_time: str | None = EVENT_TIME) ->
     return count_by_value_and_window(word_df, "word", SIX_BATCHES, TWO_BATCHES, event_time=event_time)
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> WindowResult:
-    lines = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay=WATERMARK_DELAY)
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> WindowResult:
+    lines = read_json_topic(spark, bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay=WATERMARK_DELAY)
     return windowed_word_counts(words(lines))
 
 

@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 
 from examples.runner import main_for, read_json_topic
 from streamstate.state import State, StateResult, StateSpec, map_with_state, update_state_by_key
-from streamstate.settings import Settings
 
 SCHEMA = "line STRING"
 INITIAL_STATE = [("dummy", 100), ("source", 32)]
@@ -53,8 +52,8 @@ def running_counts_by_key(word_df: DataFrame) -> StateResult:
     return update_state_by_key(word_df, key="word", func=update_count, value="count")
 
 
-def build(spark: SparkSession, settings: Settings, topic: str) -> StateResult:
-    return running_counts(words(read_json_topic(spark, settings, topic, SCHEMA)), timeout="60 seconds")
+def build(spark: SparkSession, bootstrap_servers: str, topic: str) -> StateResult:
+    return running_counts(words(read_json_topic(spark, bootstrap_servers, topic, SCHEMA)), timeout="60 seconds")
 
 
 if __name__ == "__main__":

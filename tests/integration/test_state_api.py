@@ -42,7 +42,7 @@ def test_event_time_timeouts_remove_keys_and_late_records_are_dead_lettered(spar
         [("d", 60_000)],  # watermark 60 s: keep (new data at 31 s) and c time out
     ]
     spec = StateSpec.function(visits).timeout("10 seconds").event_time(EVENT_TIME, late="dead_letter")
-    df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
     collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
     reference = StateTester(spec)
     try:
@@ -83,7 +83,7 @@ def test_processing_time_timeout(spark, settings, bootstrap, new_topic, tmp_path
     spec = StateSpec.function(idle).timeout(timeout_ms)
     records = [{"key": "a", "n": "1", "ts": 0}, {"key": "b", "n": "1", "ts": 0}, {"key": "a", "n": "1", "ts": 0}]
     produce_json(bootstrap, topic, records)
-    df = read_json_topic(spark, settings, topic, SCHEMA, records_per_batch=2)
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, records_per_batch=2)
     collector = RowCollector(map_with_state(df, key="key", spec=spec, value="n"), str(tmp_path / "cp"))
     try:
         collector.wait_for(lambda rows: sum('"timeout"' in r[2] for r in kinds(rows, "output")) >= 2)
@@ -110,7 +110,7 @@ def test_batch_function_error_typed_output_and_initial_state_frame(spark, settin
 
     initial = spark.createDataFrame([("a", 100)], "key STRING, state INT")
     spec = StateSpec.batch_function(totals).initial_state(initial)
-    df = read_json_topic(spark, settings, topic, SCHEMA)
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA)
     result = map_with_state(df, key="key", spec=spec, value="n", output_schema="total INT, values INT")
     collector = RowCollector(result, str(tmp_path / "cp"))
     batches = [
@@ -158,7 +158,7 @@ def test_a_columnar_function_gets_what_a_batch_function_gets(spark, settings, bo
         [("c", "1", 60_000)],  # watermark 60 s: a and b are idle past 10 s
     ]
     spec = StateSpec.columnar_function(columnar_totals).timeout("10 seconds").event_time(EVENT_TIME)
-    df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
     collector = RowCollector(map_with_state(df, key="key", spec=spec, value=["n", "ts"]), str(tmp_path / "cp"))
     reference = StateTester(StateSpec.batch_function(totals).timeout("10 seconds").event_time(EVENT_TIME))
     try:
@@ -190,7 +190,7 @@ def test_state_type_changed_between_releases_fails_clearly(spark, settings, boot
         state.update(Counter(count=current.count + 1))
 
     produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}])
-    df = read_json_topic(spark, settings, topic, SCHEMA)
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA)
     RowCollector(map_with_state(df, "key", StateSpec.function(count_v1), value="n"), checkpoint, available_now=True).await_done()
 
     produce_json(bootstrap, topic, [{"key": "a", "n": "1", "ts": 0}])

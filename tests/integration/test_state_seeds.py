@@ -23,14 +23,14 @@ def run_once(spark, settings, bootstrap, topic, records, schema, build, tmp_path
     follows a watermark that moved), return its rows. ``once``: exactly one batch, for a spec on
     processing time, under which availableNow never ends (each batch asks for another)."""
     produce_json(bootstrap, topic, records, key_field)
-    result = build(read_json_topic(spark, settings, topic, schema, **read))
+    result = build(read_json_topic(spark, settings.bootstrap_servers, topic, schema, **read))
     return RowCollector(result, str(tmp_path / "checkpoint"), available_now=not once, once=once).await_done()
 
 
 def run_each_batch_once(spark, settings, bootstrap, topic, batches, schema, build, tmp_path, key_field=None):
     """One micro-batch per batch (the query restarted from its checkpoint with a once trigger):
     for update_state_by_key, which calls every key in every batch, so the batch count is exact."""
-    result = build(read_json_topic(spark, settings, topic, schema))
+    result = build(read_json_topic(spark, settings.bootstrap_servers, topic, schema))
     rows = []
     for batch in batches:
         produce_json(bootstrap, topic, batch, key_field)
@@ -40,7 +40,7 @@ def run_each_batch_once(spark, settings, bootstrap, topic, batches, schema, buil
 
 def run_batches(spark, settings, bootstrap, topic, batches, schema, build, tmp_path, key_field=None, **read):
     """Produce each batch and let the live query settle before the next one; return all rows."""
-    result = build(read_json_topic(spark, settings, topic, schema, **read))
+    result = build(read_json_topic(spark, settings.bootstrap_servers, topic, schema, **read))
     collector = RowCollector(result, str(tmp_path / "checkpoint"))
     try:
         for batch in batches:

@@ -82,7 +82,7 @@ def reference_records(name: str, line: dict) -> list[Record]:
 
 def test_the_seed_window_examples_on_a_streaming_query(spark, settings, bootstrap, new_topic, tmp_path):
     topic = new_topic()
-    lines = read_json_topic(spark, settings, topic, windowed.SCHEMA, event_time_ms="ts", watermark_delay=windowed.WATERMARK_DELAY)
+    lines = read_json_topic(spark, settings.bootstrap_servers, topic, windowed.SCHEMA, event_time_ms="ts", watermark_delay=windowed.WATERMARK_DELAY)
     results = {name: build(lines) for name, (build, *_) in SEEDS.items()}
     results["sliding_lines"] = windowed.sliding_lines(lines)
     streams = [result.all.withColumn("operator", F.lit(name)) for name, result in results.items()]
