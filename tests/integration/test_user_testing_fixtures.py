@@ -5,12 +5,14 @@ file, nothing of this suite's fixtures), run by a pytest of its own: the ``kafka
 starts Apache Kafka in a container (the image `make images` builds here, the official one
 where a registry is reachable), ``spark`` a local session for the state API, and the test
 runs the word-count example (examples/word_count.py) from one topic to another and reads the
-result with ``read_committed``. The same file is the README's example of a user's test.
+result with ``read_committed``. Both files are taken from the README ("Testing your own jobs
+against Kafka"), so the example users copy is the one that runs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -26,41 +28,24 @@ pytestmark = [
     pytest.mark.skipif(os.environ.get("DOCKER_TESTS", "").lower() == "off", reason="DOCKER_TESTS=off: the Docker tests were opted out of"),
 ]
 
-CONFTEST = 'pytest_plugins = ["streamstate.testing.fixtures"]\n'
-# The README's "Testing your own jobs" shows this file as it is.
-USER_TEST = '''\
-import json
-
-from pyspark.sql import functions as F
-
-from examples import word_count
-from examples.runner import read_json_topic
+README = (REPO_ROOT / "README.md").read_text()
+SECTION = "### Testing your own jobs against Kafka"
 
 
-def test_running_word_count(kafka, spark, tmp_path):
-    lines, counts = kafka.new_topic(), kafka.new_topic()
-    kafka.produce(lines, [(None, json.dumps({"line": text})) for text in ("a b a", "b c")])
-
-    words = word_count.words(read_json_topic(spark, kafka.bootstrap_servers, lines, word_count.SCHEMA))
-    result = word_count.running_counts(words)
-    query = (result.outputs.select(F.col("output").alias("value")).writeStream.format("kafka")
-             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", counts)
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
-    query.awaitTermination()
-
-    totals = {}
-    for _, value in kafka.read_committed(counts):
-        word, total = json.loads(value)
-        totals[word] = max(total, totals.get(word, 0))
-    assert totals == {"a": 2, "b": 2, "c": 1}
-'''
+def readme_blocks() -> tuple[str, str]:
+    """The README's conftest line and user's test, as a user copies them."""
+    text = README[README.index(SECTION):]
+    text = text[: text.index("\n### ", len(SECTION))]
+    conftest, user_test = re.findall(r"```python\n(.*?)```", text, re.S)[:2]
+    return conftest, user_test
 
 
 def test_a_users_test_on_the_fixtures_passes_against_kafka_in_a_container(tmp_path):
     project = tmp_path / "users-project"
     project.mkdir()
-    (project / "conftest.py").write_text(CONFTEST)
-    (project / "test_word_count.py").write_text(USER_TEST)
+    conftest, user_test = readme_blocks()
+    (project / "conftest.py").write_text(conftest)
+    (project / "test_word_count.py").write_text(user_test)
     env = {
         **os.environ,
         # The user's jobs (here the project's examples) on the path, as a user's own package would be.
