@@ -8,6 +8,7 @@ jobs and the API really export. PromQL syntax is checked by promtool where insta
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -120,3 +121,41 @@ def test_promtool_parses_every_query(tmp_path):
     path.write_text(yaml.safe_dump(rules))
     result = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _fields_lost(written, parsed, where: str = "") -> list[str]:
+    """Each field of ``written`` that is missing from ``parsed`` (what the schema's models kept)."""
+    if isinstance(written, dict):
+        if not isinstance(parsed, dict):
+            return [f"{where or '/'}: not an object in Grafana's schema"]
+        return [lost for key, value in written.items()
+                for lost in ([f"{where}/{key}"] if key not in parsed else _fields_lost(value, parsed[key], f"{where}/{key}"))]
+    if isinstance(written, list):
+        if not isinstance(parsed, list) or len(parsed) != len(written):
+            return [f"{where}: not a list of {len(written)} in Grafana's schema"]
+        return [lost for i, (a, b) in enumerate(zip(written, parsed)) for lost in _fields_lost(a, b, f"{where}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("path", sorted(DASHBOARDS), ids=lambda p: p.name)
+def test_every_field_is_in_grafanas_published_dashboard_schema(path: Path):
+    """Read with Grafana Labs' foundation SDK for the pinned Grafana release (its models are
+    generated from Grafana's own schema: the dashboard, each panel type's options and field
+    config, the Prometheus query): a field the schema does not know is dropped, so a misspelled
+    or invented key, which Grafana would ignore silently, shows up as lost."""
+    from grafana_foundation_sdk.cog import plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    plugins.register_default_plugins()  # panel options and queries typed by panel type and datasource
+    written = DASHBOARDS[path]
+    parsed = json.loads(json.dumps(Dashboard.from_json(written).to_json(), default=lambda model: model.to_json()))
+    assert _fields_lost(written, parsed) == [], f"{path.name}: fields Grafana's schema does not have"
+
+
+def test_the_schema_checked_is_the_grafana_release_compose_runs():
+    from importlib.metadata import version
+
+    sdk = version("grafana-foundation-sdk").split("!")[-1]  # "<build>!<grafana minor>.0"
+    grafana = next(line.split("=", 1)[1] for line in (REPO_ROOT / "infra" / "versions.env").read_text().splitlines()
+                   if line.startswith("GRAFANA_VERSION="))
+    assert sdk.split(".")[:2] == grafana.split(".")[:2], f"the schema is Grafana {sdk}'s, compose runs {grafana}: pin the SDK's build for it"
