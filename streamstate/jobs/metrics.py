@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from streamstate.contracts import DeadLetter
 from streamstate.jobs.declaration import Counter as DeclaredCounter
 from streamstate.jobs.declaration import Gauge as DeclaredGauge
 from streamstate.jobs.declaration import JobSpec, count_key
+from streamstate.jobs.metrics_server import MAX_CONNECTIONS, READ_TIMEOUT_S, MetricsServer, serve_metrics
 from streamstate.kinds import Kind
 
 log = logging.getLogger(__name__)
@@ -190,10 +191,15 @@ class JobMetrics:
 
     ``JobMetrics(spec, port=9101)`` starts an HTTP server on ``host:port``
     (loopback unless ``metrics_host`` says otherwise; ``port=0``: no server, e.g. in tests that read :attr:`registry` directly).
+    The server closes a connection idle for ``read_timeout_s`` and serves at most
+    ``max_connections`` at once (:mod:`streamstate.jobs.metrics_server`).
     Call :meth:`attach` with the SparkSession before starting the queries.
     """
 
-    def __init__(self, spec: JobSpec, port: int = 0, registry: CollectorRegistry | None = None, host: str = "127.0.0.1"):
+    def __init__(
+        self, spec: JobSpec, port: int = 0, registry: CollectorRegistry | None = None, host: str = "127.0.0.1",
+        read_timeout_s: float = READ_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
+    ):
         self.job = job = spec.name
         self.registry = registry or CollectorRegistry()
         self._lock = threading.Lock()
@@ -275,9 +281,9 @@ class JobMetrics:
         self._jvm_restarts.labels(job=job)
 
         self.port = port
-        self._server = None
+        self._server: MetricsServer | None = None
         if port:
-            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            self._server = serve_metrics(self.registry, host, port, read_timeout_s, max_connections)
 
     # -- fed by the job's rows -------------------------------------------------------------
     def count_batch(self, summary: list[Any], topic_of_kind: Mapping[str, str]) -> None:

@@ -308,12 +308,16 @@ class KeyRun:
             self.rows.append(self.dead_letter(None, one_line(error)))
 
     def retry_deadline(self) -> int | None:
-        """A timeout call that raised is tried again one timeout later (as if the key had idled
-        once more): dropping its timer would keep the key for ever."""
-        if self.plan.timeout_ms is None or self.committed is None:
+        """When a timer call that raised is tried again: dropping its timer would keep the key,
+        uncalled, until new data (for ever, for a key that gets none). The spec's idle timeout
+        waits one timeout more (as if the key had idled once more); the function's own timer has
+        no such length, and is due again just past this call's clock, so the next batch whose
+        clock (watermark or processing time) moves on calls it. Never at or before the clock:
+        Spark deletes the timer that fired after the call, and a timer set at that time with it."""
+        if self.committed is None:
             return None
         now = self.driver.state.watermark_ms if self.plan.event_time else self.driver.state.processing_time_ms
-        return now + self.plan.timeout_ms
+        return now + (self.plan.timeout_ms if self.plan.timeout_ms is not None else 1)
 
     def snapshot_row(self) -> tuple | None:
         """The snapshot row of this batch, when the state changed (a null payload is a tombstone)."""

@@ -221,7 +221,9 @@ class State:
         (processing time) reaches ``timestamp_ms``, like Spark's ``GroupState.setTimeoutTimestamp``;
         ``None`` clears it. The timer replaces the previous one and stays until it fires or is set
         again. For specs without ``timeout()``: a spec's idle timeout and the function's own
-        timers are Spark's two separate models (``mapWithState`` and ``GroupState``)."""
+        timers are Spark's two separate models (``mapWithState`` and ``GroupState``). A call of
+        the timer that raises is dead-lettered and the timer re-armed just past that call's clock:
+        the next batch whose watermark (or processing time) moves on calls the key again."""
         if timestamp_ms is not None and (isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)):
             raise StateUsageError(f"a timeout timestamp is epoch milliseconds (int) or None, got {timestamp_ms!r}")
         if self._idle_timeout:

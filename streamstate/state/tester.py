@@ -46,8 +46,9 @@ Semantics, per micro-batch (:meth:`StateTester.run_batch`):
    timing out (``update``/``remove`` raise) and the key is removed after it (also when the call
    raised that way); for a timestamp the function set, the call may update, remove or keep the
    state (kept with no timer unless it sets one); a call that raises otherwise is dead-lettered,
-   and the key keeps its state: an idle timeout is tried again one timeout later, a timer the
-   function set is not (the key waits for new data);
+   and the key keeps its state and is called again: an idle timeout one timeout later, a timer
+   the function set at the first batch whose clock is past that call's (watermark or processing
+   time plus 1 ms), as the engine re-arms them;
 4. in event time the watermark then moves to ``max event time seen - watermark delay``; when it
    moved, a data-less batch runs step 3 with the new watermark (as Spark's no-data batch does).
 
@@ -324,8 +325,9 @@ class StateTester:
                 self._restore(key, saved)
                 self.rows.append(self._dead_letter(key, None, one_line(error)))
                 if not refused:
-                    if key in self.store and self.spec.timeout_ms is not None:  # tried again one timeout later, as the engine does
-                        self.deadlines[key] = now + self.spec.timeout_ms
+                    # Tried again one timeout later, or (the function's own timer) at the next clock past now.
+                    if key in self.store:
+                        self.deadlines[key] = now + (self.spec.timeout_ms if self.spec.timeout_ms is not None else 1)
                     continue
                 # A write the timing-out contract refuses would fail every retry: the key goes.
                 self.store.pop(key, None)

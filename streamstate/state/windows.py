@@ -21,7 +21,8 @@ pane left. Floats drift under that subtraction (``docs/windows.md``).
 letters, typed state and the in-memory tester are the engine's. A data call only adds to the
 panes (a record whose ``func`` raises is dead-lettered and leaves no trace); closing runs in
 the key's own timer at the next window end, so a ``func``/``inv_func`` that raises there is
-dead-lettered for the whole close and tried again when the key next gets data.
+dead-lettered for the whole close and tried again at the next batch whose clock moves on (or
+when the key next gets data, if sooner).
 """
 
 from __future__ import annotations

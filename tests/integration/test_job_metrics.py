@@ -111,3 +111,73 @@ def test_the_metrics_server_binds_loopback_unless_told_otherwise():
         socket.create_connection((outside, everywhere), timeout=5).close()  # the address reaches this machine
         with pytest.raises(OSError):
             socket.create_connection((outside, port), timeout=5).close()
+
+
+def handler_threads() -> int:
+    """Threads serving a connection (socketserver names them after process_request_thread)."""
+    import threading
+
+    return sum("process_request_thread" in thread.name for thread in threading.enumerate())
+
+
+def closed_by_server(connection, answers: list | None = None) -> bool:
+    """Whether the server closed ``connection`` (read to its end, a reset counts; a socket still
+    open has nothing to read); what it answered first is appended to ``answers``."""
+    import select
+
+    if not select.select([connection], [], [], 0)[0]:
+        return False
+    received = b""
+    try:
+        while chunk := connection.recv(65536):  # the sockets block for 5 s at most
+            received += chunk
+    except OSError:
+        pass
+    if answers is not None:
+        answers.append(received)
+    return True
+
+
+def test_idle_connections_are_capped_and_closed_after_the_read_timeout_and_a_scrape_still_works():
+    """Issue 51: every idle socket held a thread for ever (500 of them: 502 threads after 30 s).
+    Now at most ``max_connections`` are served at once (more are closed unanswered), one that sends
+    nothing is closed after the read timeout, and a scrape among idle sockets is answered."""
+    import socket
+
+    cap, port = 8, free_port()
+    metrics = JobMetrics(job_named("idle-test"), port=port, read_timeout_s=120.0, max_connections=cap)
+    held = []
+    try:
+        held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(cap)]
+        wait_until(lambda: handler_threads() == cap, timeout_s=60, what="a thread for each idle socket within the cap")
+        excess = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(100)]
+        pending, answers = set(excess), []
+        wait_until(
+            lambda: not pending.difference_update({c for c in pending if closed_by_server(c, answers)}) and not pending,
+            timeout_s=60, what="the connections past the cap to be answered and closed",
+        )
+        for connection in excess:
+            connection.close()
+        assert {answer.split(b"\r\n")[0] for answer in answers} == {b"HTTP/1.0 503 Service Unavailable"}
+        assert handler_threads() == cap, "no thread for a connection past the cap"
+        assert not any(closed_by_server(c) for c in held), "the idle sockets within the cap are still served"
+        held.pop().close()
+        wait_until(lambda: handler_threads() == cap - 1, timeout_s=60, what="a slot freed by a client that left")
+        assert value(scrape(port), "streamstate_job_up", job="idle-test") == 0, "a scrape among idle sockets"
+    finally:
+        for connection in held:
+            connection.close()
+        metrics.close()
+
+    port = free_port()
+    metrics = JobMetrics(job_named("timeout-test"), port=port, read_timeout_s=0.5, max_connections=cap)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(cap)]
+        wait_until(lambda: all(closed_by_server(c) for c in idle), timeout_s=60, what="idle sockets closed after the read timeout")
+        wait_until(lambda: handler_threads() == 0, timeout_s=60, what="their threads to end")
+        partial = socket.create_connection(("127.0.0.1", port), timeout=5)
+        partial.sendall(b"GET /metrics HTTP/1.1\r\n")  # a request that never ends
+        wait_until(lambda: closed_by_server(partial), timeout_s=60, what="a half-sent request closed after the read timeout")
+        assert value(scrape(port), "streamstate_job_up", job="timeout-test") == 0
+    finally:
+        metrics.close()

@@ -174,6 +174,66 @@ def test_a_columnar_function_gets_what_a_batch_function_gets(spark, settings, bo
     assert ("output", "b", '["timed out",17]') in [r[:3] for r in rows]
 
 
+def timer_scenario(kind: str, broken):
+    """A spec whose timer call raises while the file ``broken`` exists: the function's own timer
+    (set_timeout_timestamp, 1 s after a record) or the spec's idle timeout (1 s). Keys named
+    clock* only move the watermark."""
+
+    def close(key, value, state):
+        if state.has_timed_out() or state.is_timing_out():
+            if broken.exists():
+                raise RuntimeError("timer broke")
+            kept = state.get()
+            if state.has_timed_out():
+                state.remove()
+            return ("fired", kept)
+        if key.startswith("clock"):
+            return None
+        state.update(value)
+        if kind == "own timer":
+            state.set_timeout_timestamp(value + 1_000)
+        return None
+
+    spec = StateSpec.function(close).event_time(EVENT_TIME)
+    return spec if kind == "own timer" else spec.timeout("1 second")
+
+
+@pytest.mark.parametrize("kind", ["own timer", "idle timeout"])
+def test_a_timer_call_that_raises_is_retried_with_no_new_data_as_the_tester_retries_it(
+    kind, spark, settings, bootstrap, new_topic, tmp_path
+):
+    """Issue 51: a raising call of either kind of timer is dead-lettered and re-armed, so the key
+    is called again once the watermark moves on, without new data of its own; the engine's rows
+    are the tester's."""
+    topic, broken = new_topic(), tmp_path / "broken"
+    broken.touch()
+    batches = [
+        [("a", 1_000)],  # a's timer at 2 s
+        [("clock", 5_000)],  # watermark 5 s: a's timer call raises
+        [("clock", 9_000)],  # watermark 9 s, the call no longer raises: a is called again
+    ]
+    spec = timer_scenario(kind, broken)
+    df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
+    reference = StateTester(spec)
+    try:
+        for step, batch in enumerate(batches):
+            if step == 2:
+                broken.unlink()
+            produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": ts} for k, ts in batch])
+            collector.settle()
+            reference.run_batch([(k, ts, ts) for k, ts in batch])
+    finally:
+        rows = collector.finish()
+    assert by_key(rows) == by_key(reference.rows)
+    assert by_key(rows)["a"] == [
+        ("snapshot", "1000", None),
+        ("dead_letter", None, "RuntimeError: timer broke"),
+        ("output", '["fired",1000]', None),
+        ("snapshot", None, None),
+    ]
+
+
 class Counter(BaseModel):
     count: int
 

@@ -204,3 +204,38 @@ def test_a_large_hot_set_is_stored_compressed_and_one_stored_whole_still_loads()
     assert bucket._bucket().hot == loaded.hot
     bucket.batch([("user-00001", 5, 2_000)])
     assert bucket._bucket().hot["user-00001"] != loaded.hot["user-00001"]
+
+
+BROKEN = {"now": True}
+
+
+def close_on_own_timer(key, value, state):
+    if state.has_timed_out():
+        if BROKEN["now"]:
+            raise RuntimeError("cannot close")
+        state.remove()
+        return ("closed", key)
+    state.update(value)
+    state.set_timeout_timestamp(value + 10)
+    return None
+
+
+def test_an_own_timer_whose_call_raised_is_registered_again_and_fires_at_the_next_watermark():
+    """Issue 51: the bucket keeps a timer for a key whose own-timer call raised, past the clock
+    of that call, so the key is called again with no data of its own; as the tester does."""
+    spec = StateSpec.function(close_on_own_timer).event_time("t")
+    engine, reference = OneBucket(spec, hot_capacity=2), StateTester(spec)
+    batches = [[("a", 100, 100)], [("clock", 200, 200)], [("clock", 300, 300)]]
+    BROKEN["now"] = True
+    try:
+        for step, batch in enumerate(batches):
+            BROKEN["now"] = step < 2
+            engine.batch(batch)
+            reference.run_batch(batch)
+    finally:
+        BROKEN["now"] = True
+    assert by_key(engine.rows)["a"] == by_key(reference.rows)["a"] == [
+        (SNAPSHOT, "100", None), (DEAD_LETTER, None, "RuntimeError: cannot close"), (OUTPUT, '["closed","a"]', None),
+        (SNAPSHOT, None, None),
+    ]
+    assert all(timer > 300 for timer in engine.store.timers) or not engine.store.timers

@@ -177,3 +177,30 @@ def test_engine_and_reference_agree_on_any_mix_of_good_and_failing_records(value
     good = [v for v in values if v >= 0]
     assert engine_state == (str(sum(good)) if good else None)
     assert sorted(json.loads(r[1]) for r in engine_rows if r[0] == DEAD_LETTER) == sorted(v for v in values if v < 0)
+
+
+def fail_on_own_timer(key, value, state):
+    if state.has_timed_out():
+        raise RuntimeError("cannot close")
+    state.update(state.get_option(0) + 1)
+    state.set_timeout_timestamp(value + 10)
+
+
+def test_a_call_of_an_own_timer_that_raises_keeps_the_state_and_is_retried_at_the_next_batch_past_it():
+    """The function's own timer (set_timeout_timestamp) is re-armed as the idle timeout is: just past
+    the failed call's clock, as it has no timeout to wait (dropping it would keep the key for ever)."""
+    spec = StateSpec.function(fail_on_own_timer).event_time("t")
+    run = StateTester(spec)
+    run.run_batch([("a", 100, 100)])  # a's timer at 110
+    run.run_batch([("b", 200, 200)])  # the watermark passes 110: the call raises
+    assert by_key(run.rows)["a"][-1] == (DEAD_LETTER, None, "RuntimeError: cannot close")
+    assert run.store["a"] == StateCodec().encode(1) and run.deadlines["a"] == 201, "re-armed just past 200"
+    run.run_batch([("c", 200, 200)])  # the watermark stays at 200: not due
+    assert len([r for r in by_key(run.rows)["a"] if r[0] == DEAD_LETTER]) == 1
+    run.run_batch([("b", 215, 215)])  # the watermark passes 201: tried again, and dead-lettered again
+    assert len([r for r in by_key(run.rows)["a"] if r[0] == DEAD_LETTER]) == 2 and run.deadlines["a"] == 216
+
+    engine = KeyRun(Plan.of(spec), "a", StateCodec().encode(1), 110, 200, 0)
+    engine.apply_timeout()
+    assert engine.committed == StateCodec().encode(1) and engine.deadline == 201 and engine.snapshot_row() is None
+    assert [r[0] for r in engine.rows] == [DEAD_LETTER]

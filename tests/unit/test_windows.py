@@ -225,7 +225,7 @@ def test_a_raising_func_dead_letters_its_record_and_a_raising_inverse_its_close(
     assert [row.reason for row in rows if row.kind == "dead_letter"] == ["RuntimeError: cannot subtract"]
     assert tester.windows(rows) == [] and tester.state.state_of("k")["panes"]  # kept as it was
     broken["now"] = False
-    rows = tester.run_batch([("k", 1, 31)])  # the key's next data tries the close again
+    rows = tester.run_batch([("k", 1, 31)])  # the watermark moves on: the close is tried again
     assert tester.windows(rows) == [("k", -5, 5, 1), ("k", 0, 10, 3), ("k", 5, 15, 2)]
 
 
