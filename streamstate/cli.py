@@ -55,7 +55,7 @@ def _defined_topics_on_reachable_broker(args: argparse.Namespace, settings: Sett
 def topics_create(args: argparse.Namespace, settings: Settings) -> int:
     """Create the topics of the topic file that the broker does not have yet."""
     specs = _defined_topics_on_reachable_broker(args, settings)
-    created = create_topics(settings, specs)
+    created = create_topics(settings, specs, replication_factor=args.replication_factor)
     for spec in specs:
         state = "created" if spec.name in created else "exists"
         print(f"{spec.name}\t{spec.partitions}\t{state}")
@@ -146,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     topic_commands = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = topic_commands.add_parser("create", help="Create the missing topics (idempotent).")
     _add_broker_options(create)
+    create.add_argument(
+        "--replication-factor", type=int, default=1, metavar="N",
+        help="Brokers that hold each partition (default 1; 3 on the three-broker compose cluster).",
+    )
     create.set_defaults(command=topics_create)
     listing = topic_commands.add_parser(
         "list", help="Show each defined topic's partitions on the broker; exit 1 if any is missing."

@@ -42,15 +42,16 @@ def existing_topics(broker: Settings | str, timeout_s: float = 10.0) -> dict[str
     return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
 
 
-def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created."""
+def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: float = 30.0, replication_factor: int = 1) -> list[str]:
+    """Create the topics that do not exist yet, each partition on ``replication_factor``
+    brokers (3 on a cluster of three: infra/docker/compose.kafka-3.yml); returns the names created."""
     client = admin(broker)
     present = existing_topics(broker)
     missing = [s for s in specs if s.name not in present]
     if not missing:
         return []
     futures = client.create_topics(
-        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config) for s in missing],
+        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor, config=s.config) for s in missing],
         request_timeout=timeout_s,
     )
     for future in futures.values():
@@ -69,5 +70,5 @@ def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: flo
     return [s.name for s in missing]
 
 
-def ensure_topics(settings: Settings) -> list[str]:
-    return create_topics(settings, load_topics(settings.topics_file, settings.partitions))
+def ensure_topics(settings: Settings, replication_factor: int = 1) -> list[str]:
+    return create_topics(settings, load_topics(settings.topics_file, settings.partitions), replication_factor=replication_factor)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamstate.jobs.registry import job_spec
-from streamstate.stack.servers import KafkaBroker, MinioServer, S3Credentials
+from streamstate.stack.servers import KAFKA_HEAP, CLUSTER_NODES, KafkaBroker, MinioServer, S3Credentials, cluster_nodes, new_cluster_id
 from streamstate.stack.profiles import EMBEDDED, Profile
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.kafka_clients import wait_for_broker
@@ -155,6 +155,7 @@ class EmbeddedStack:
     extra_env: dict[str, str] = field(default_factory=dict)  # for every child, unless already set
     profile: Profile = EMBEDDED
     kafka: KafkaBroker | None = None
+    kafka_nodes: list[KafkaBroker] = field(default_factory=list)  # a cluster's (start_kafka_cluster), processes broker-<node id>
     broker_storage_new: bool = False  # the broker's storage was formatted by this launcher: it holds no earlier data
     minio: MinioServer | None = None
     s3_credentials: S3Credentials | None = None
@@ -223,8 +224,6 @@ class EmbeddedStack:
         Spark's Kafka connector jars, and the local checkpoint file system is installed. Started
         again (after :meth:`kill_broker`) it keeps its ports and data; ``port`` None takes a free
         port, unless a broker was started before."""
-        from streamstate.stack import binaries
-
         if self.kafka is None or port is not None:
             self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
         if self.kafka.format_storage() is not None:
@@ -232,6 +231,47 @@ class EmbeddedStack:
             self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
         proc = self.spawn("broker", self.kafka.argv())
         bootstrap = self.kafka.bootstrap
+        self._await_brokers(bootstrap, {self.kafka.port: proc})
+        created = ensure_topics(self.settings)
+        self.say(
+            f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
+            f"topics created: {', '.join(created) or 'none'}"
+        )
+        return bootstrap
+
+    def start_kafka_cluster(self, heap: str = KAFKA_HEAP) -> str:
+        """Apache Kafka as a cluster of three KRaft nodes (each a broker and a controller,
+        :func:`streamstate.stack.servers.cluster_nodes`), with every partition on all three
+        and writes acknowledged by two; the pipeline topics are created so. The processes are
+        ``broker-1`` to ``broker-3`` (:meth:`kill_kafka_node`); the nodes' data in
+        ``workdir/kafka-<node id>``. Returns the bootstrap address of all three."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.kafka_nodes = cluster_nodes(self.workdir, [(free_port(), free_port()) for _ in range(CLUSTER_NODES)], heap)
+        cluster_id = new_cluster_id()
+        with ThreadPoolExecutor(len(self.kafka_nodes)) as pool:  # a JVM each: side by side
+            formatted = list(pool.map(lambda node: node.format_storage(cluster_id), self.kafka_nodes))
+        self.broker_storage_new = any(formatted)
+        procs = {node.port: self.spawn(f"broker-{node.node_id}", node.argv()) for node in self.kafka_nodes}
+        bootstrap = ",".join(node.bootstrap for node in self.kafka_nodes)
+        self._await_brokers(bootstrap, procs)
+        _wait_for_brokers(self.settings, len(self.kafka_nodes), timeout_s=120)  # before topics with a replica on each
+        created = ensure_topics(self.settings, replication_factor=len(self.kafka_nodes))
+        self.say(
+            f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft), {len(self.kafka_nodes)} nodes at {bootstrap}; "
+            f"topics created: {', '.join(created) or 'none'}"
+        )
+        return bootstrap
+
+    def kill_kafka_node(self, node_id: int) -> None:
+        """SIGKILL one node of the cluster of :meth:`start_kafka_cluster` (failure tests)."""
+        self.processes[f"broker-{node_id}"].kill()
+
+    def _await_brokers(self, bootstrap: str, procs: dict[int, ManagedProcess]) -> None:
+        """Point the settings at ``bootstrap`` (with Spark's Kafka connector jars for the jobs)
+        and wait until every broker process listens on its port and the cluster answers."""
+        from streamstate.stack import binaries
+
         jars = self.settings.spark_jars or ",".join(str(jar) for jar in binaries.spark_jars())
         try:
             binaries.checkpoint_io_jar()  # the jobs' session builder finds it installed
@@ -240,16 +280,11 @@ class EmbeddedStack:
         self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap, "spark_jars": jars})
         try:
             # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
-            _wait_for_port(self.kafka.port, timeout_s=120, alive=proc.alive)
+            for port, proc in procs.items():
+                _wait_for_port(port, timeout_s=120, alive=proc.alive)
             wait_for_broker(self.settings, timeout_s=120)
         except TimeoutError as exc:
-            raise RuntimeError(f"{exc}\n{self.processes['broker'].tail()}") from None
-        created = ensure_topics(self.settings)
-        self.say(
-            f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
-            f"topics created: {', '.join(created) or 'none'}"
-        )
-        return bootstrap
+            raise RuntimeError(f"{exc}\n" + "\n".join(proc.tail() for proc in procs.values())) from None
 
     def start_kinesis(self, port: int | None = None, streams: dict[str, int] | None = None) -> str:
         """The local Kinesis-API server (kinesis-mock); ``streams`` ({name: shards}) are created on it.
@@ -378,7 +413,7 @@ class EmbeddedStack:
 
     def stop(self) -> None:
         # Producers and jobs first, the servers last, so nothing writes to a dead server.
-        for name in sorted(self.processes, key=lambda n: n in ("broker", "kinesis", "minio")):
+        for name in sorted(self.processes, key=lambda n: n in ("broker", "kinesis", "minio") or n.startswith("broker-")):
             self.processes[name].stop()
 
     def __enter__(self) -> "EmbeddedStack":
@@ -413,6 +448,18 @@ def _wait_for_port(port: int, timeout_s: float, alive) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:.0f}s") from None
             time.sleep(0.2)
+
+
+def _wait_for_brokers(settings: Settings, count: int, timeout_s: float) -> None:
+    """Until the cluster's metadata names ``count`` brokers (each registered with the controllers)."""
+    from streamstate.kafka_clients import admin
+
+    client = admin(settings)
+    deadline = time.monotonic() + timeout_s
+    while len(client.list_topics(timeout=10).brokers) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fewer than {count} Kafka brokers registered after {timeout_s:.0f}s")
+        time.sleep(0.2)
 
 
 def _versions() -> dict[str, str]:

@@ -5,7 +5,9 @@ Compose runs the same releases as containers (``infra/versions.env``); here they
 launcher (:class:`streamstate.stack.launcher.EmbeddedStack`), which stops them by process group
 like every other process it starts. Both keep their data in a directory: a broker or
 object store started again on the same directory has everything it had, which is what
-distinguishes this profile from the in-memory embedded broker.
+distinguishes this profile from the in-memory embedded broker. :func:`cluster_nodes` makes three
+KRaft nodes of one cluster instead (every partition replicated three ways), for the tests
+that lose a broker, as ``infra/docker/compose.kafka-3.yml`` runs compose's Kafka.
 
 This module only builds configurations and command lines; starting, waiting and
 stopping is the launcher's.
@@ -43,11 +45,16 @@ log4j.logger.org.apache.kafka.storage=WARN
 
 @dataclass(frozen=True)
 class KafkaBroker:
-    """A single-node KRaft cluster (broker and controller in one process) in ``home``."""
+    """A KRaft node (broker and controller in one process) in ``home``: by default a
+    single-node cluster; with ``voters`` one of several nodes (:func:`cluster_nodes`)."""
 
     home: Path
     port: int
     controller_port: int
+    node_id: int = 1
+    voters: str | None = None  # controller.quorum.voters of a cluster of several nodes; None: this node alone
+    heap: str = KAFKA_HEAP
+    overrides: tuple[tuple[str, str], ...] = ()  # broker settings over BROKER_SETTINGS (a cluster's: CLUSTER_SETTINGS)
 
     @property
     def bootstrap(self) -> str:
@@ -62,8 +69,8 @@ class KafkaBroker:
         # tests/compose/test_compose_drift.py compares the two.
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
             "controller.listener.names": "CONTROLLER",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
@@ -71,6 +78,7 @@ class KafkaBroker:
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.data),
             **BROKER_SETTINGS,
+            **dict(self.overrides),
         }
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -85,19 +93,20 @@ class KafkaBroker:
     def java(self, main: str, *args: str) -> list[str]:
         _, log4j = self.write_config()
         return [
-            "java", f"-Xmx{KAFKA_HEAP}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
+            "java", f"-Xmx{self.heap}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
             "-cp", binaries.kafka_classpath(), main, *args,
         ]
 
     def formatted(self) -> bool:
         return (self.data / "meta.properties").is_file()
 
-    def format_storage(self) -> str | None:
-        """Format the storage once (KRaft needs a cluster id); None when it already was."""
+    def format_storage(self, cluster_id: str | None = None) -> str | None:
+        """Format the storage once (KRaft needs a cluster id: the nodes of one cluster share
+        theirs, a new one when None); None when it already was."""
         config, _ = self.write_config()
         if self.formatted():
             return None
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = cluster_id or new_cluster_id()
         result = subprocess.run(
             self.java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config", str(config)),
             capture_output=True, text=True, timeout=120,
@@ -111,6 +120,11 @@ class KafkaBroker:
         return self.java("kafka.Kafka", str(config))
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a UUID's 16 bytes in URL-safe base64, unpadded (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 # Broker settings shared with compose's Kafka service (KAFKA_* there).
 BROKER_SETTINGS = {
     "auto.create.topics.enable": "false",
@@ -119,6 +133,32 @@ BROKER_SETTINGS = {
     "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
+# A cluster of three nodes, as infra/docker/compose.kafka-3.yml runs compose's: every topic
+# (the internal ones, the consumer offsets and the transaction log, included) on all three,
+# and a write acknowledged (acks=all) once two have it, so one node may be lost at any time
+# without losing an acknowledged record or stopping the writes.
+CLUSTER_SETTINGS = {
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+}
+CLUSTER_NODES = 3
+
+
+def cluster_nodes(home: Path, ports: list[tuple[int, int]], heap: str = KAFKA_HEAP) -> list[KafkaBroker]:
+    """The nodes of one KRaft cluster, each a broker and a controller (every node a voter, so
+    the quorum survives the loss of any one of three), node ``i`` in ``home/kafka-i`` on
+    ``ports[i - 1]`` (client port, controller port), with :data:`CLUSTER_SETTINGS`."""
+    if len(ports) != CLUSTER_NODES:
+        raise ValueError(f"CLUSTER_SETTINGS replicate {CLUSTER_NODES} ways: {CLUSTER_NODES} nodes, not {len(ports)}")
+    voters = ",".join(f"{node}@127.0.0.1:{controller}" for node, (_, controller) in enumerate(ports, 1))
+    return [
+        KafkaBroker(home / f"kafka-{node}", port, controller, node_id=node, voters=voters, heap=heap,
+                    overrides=tuple(CLUSTER_SETTINGS.items()))
+        for node, (port, controller) in enumerate(ports, 1)
+    ]
 
 
 @dataclass(frozen=True)

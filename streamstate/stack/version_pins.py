@@ -23,6 +23,7 @@ from streamstate.settings import REPO_ROOT
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 COMPOSE_KINESIS = REPO_ROOT / "docker-compose.kinesis.yml"
 COMPOSE_LOCAL_IMAGES = REPO_ROOT / "infra" / "docker" / "compose.local-images.yml"
+COMPOSE_KAFKA_3 = REPO_ROOT / "infra" / "docker" / "compose.kafka-3.yml"
 DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile", REPO_ROOT / "producers" / "Dockerfile"]
 
 
@@ -49,6 +50,8 @@ PINS = [
     Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/minio:)(\S+)$", "MINIO_RELEASE"),
     Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/mc:)(\S+)$", "MC_RELEASE"),
     Pin(COMPOSE_LOCAL_IMAGES, r"^(\s+image: streamstate-local/prometheus:v)(\S+)$", "PROMETHEUS_VERSION"),
+    # The two nodes compose.kafka-3.yml adds (image: ${KAFKA_IMAGE:-apache/kafka:<version>}).
+    Pin(COMPOSE_KAFKA_3, r"^(\s+image: \$\{KAFKA_IMAGE:-apache/kafka:)([^}\s]+)", "KAFKA_VERSION"),
     *(Pin(path, r"^(ARG PYTHON_IMAGE=)(\S+)$", "PYTHON_IMAGE") for path in DOCKERFILES),
 ]
 

@@ -17,6 +17,12 @@ One more point does not kill: ``stall-before-commit`` stops the first task with 
 records acknowledged in its open transaction, until the file ``<marker>.release`` appears
 (a stuck old driver, for the zombie-fencing test); then it tries to commit.
 
+Nor does ``stall-mid-transaction``: the first task to produce a record to the topic named by
+``STREAMSTATE_TEST_STALL_TOPIC`` waits until that record and every one before it is
+acknowledged in its open transaction, writes the marker and stops until ``<marker>.release``
+appears; then it produces the rest of its records and commits (a broker lost in the middle of
+a transaction, for tests/reliability/test_broker_lost.py).
+
 The two last points are inside Spark's Python workers: the job runs them with
 :mod:`tests.reliability.crash_daemon` as its worker daemon, which arms them before it forks a
 worker. Random SIGKILLs rarely land exactly at any of these points.
@@ -37,7 +43,10 @@ from streamstate.kinds import Kind
 AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS = "after-commit", "in-transaction", "between-transactions"
 POINTS = (AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS)
 STALL = "stall-before-commit"
+STALL_MID = "stall-mid-transaction"
+STALLS = (STALL, STALL_MID)
 MARKER_ENV, POINT_ENV, JOB_GROUP_ENV = "STREAMSTATE_TEST_CRASH_MARKER", "STREAMSTATE_TEST_CRASH_POINT", "STREAMSTATE_TEST_JOB_GROUP"
+STALL_TOPIC_ENV = "STREAMSTATE_TEST_STALL_TOPIC"
 
 
 def crash(what: str) -> None:
@@ -61,8 +70,8 @@ def _write_then_crash(write, batch, settings, plan, transactions=None):
 
 def main() -> None:
     point, job = sys.argv.pop(1), sys.argv.pop(1)
-    if point not in (*POINTS, STALL):
-        sys.exit(f"crash point {point!r}: one of {', '.join((*POINTS, STALL))}")
+    if point not in (*POINTS, *STALLS):
+        sys.exit(f"crash point {point!r}: one of {', '.join((*POINTS, *STALLS))}")
     os.environ[POINT_ENV] = point
     os.environ[JOB_GROUP_ENV] = str(os.getpgid(0))
     if point == AFTER_COMMIT:

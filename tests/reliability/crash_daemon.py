@@ -16,12 +16,15 @@ from pathlib import Path
 from pyspark.daemon import manager
 
 from streamstate.jobs.kafka import partition_writer
-from tests.reliability.crash_at import BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, crash
+from tests.reliability.crash_at import (
+    BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, STALL_MID, STALL_TOPIC_ENV, crash,
+)
 
 POINT = os.environ[POINT_ENV]
 MARKER = Path(os.environ[MARKER_ENV])
 MEETING = MARKER.with_name(MARKER.name + ".tasks")
 _commit = partition_writer._TransactionalOutput.commit  # noqa: SLF001 - the seam the crash points wrap
+_produce = partition_writer._TransactionalOutput.produce  # noqa: SLF001 - and stall-mid-transaction's
 
 
 def _open_elsewhere(batch_id: int, partition: int, wait_s: float) -> int | None:
@@ -34,17 +37,38 @@ def _open_elsewhere(batch_id: int, partition: int, wait_s: float) -> int | None:
         time.sleep(0.05)
 
 
+def _wait_for_release() -> None:
+    release = MARKER.with_name(MARKER.name + ".release")
+    while not release.exists():
+        time.sleep(0.1)
+
+
+def produce(self, topic: str, key: str | None, payload: str | None) -> None:
+    """stall-mid-transaction: after the first record on the stall topic, once every record so
+    far is acknowledged in the open transaction, the task (one only: the marker is created
+    exclusively) waits for the release, then goes on producing in the same transaction."""
+    _produce(self, topic, key, payload)
+    if topic != os.environ.get(STALL_TOPIC_ENV) or self.producing is None or MARKER.exists():
+        return
+    self.delivery.check(self.producing.flush(partition_writer.FLUSH_TIMEOUT_S))
+    try:
+        with MARKER.open("x") as marker:
+            marker.write(f"task {self.partition} of batch {self.transactions.batch_id} stalled with {self.delivery.sent} "
+                         f"records acknowledged in its open transaction, the last on {topic}\n")
+    except FileExistsError:  # another task stalls
+        return
+    _wait_for_release()
+
+
 def commit(self) -> None:
     batch_id, partition = self.transactions.batch_id, self.partition
-    if MARKER.exists() or not self.delivery.sent:
+    if POINT == STALL_MID or MARKER.exists() or not self.delivery.sent:
         return _commit(self)
     if POINT == IN_TRANSACTION:
         crash(f"task {partition} of batch {batch_id}: {self.delivery.sent} records acknowledged in its open transaction")
     if POINT == STALL:
         MARKER.write_text(f"task {partition} of batch {batch_id} stalled with {self.delivery.sent} records in its open transaction\n")
-        release = MARKER.with_name(MARKER.name + ".release")
-        while not release.exists():
-            time.sleep(0.1)
+        _wait_for_release()
         return _commit(self)
     MEETING.mkdir(exist_ok=True)
     (MEETING / f"{batch_id}.{partition}.open").touch()
@@ -60,8 +84,10 @@ def commit(self) -> None:
     return None
 
 
-assert POINT in (BETWEEN_TRANSACTIONS, IN_TRANSACTION, STALL), POINT
+assert POINT in (BETWEEN_TRANSACTIONS, IN_TRANSACTION, STALL, STALL_MID), POINT
 partition_writer._TransactionalOutput.commit = commit  # type: ignore[method-assign]  # noqa: SLF001
+if POINT == STALL_MID:
+    partition_writer._TransactionalOutput.produce = produce  # type: ignore[method-assign]  # noqa: SLF001
 
 if __name__ == "__main__":
     manager()
