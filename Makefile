@@ -24,13 +24,20 @@ RUN_JVM_OPTIONS ?= $(TEST_JVM_OPTIONS)
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
 
-.PHONY: run test images bench soak setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
+.PHONY: run test lint unit images bench soak setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
 
 run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
 	env JAVA_TOOL_OPTIONS="$(RUN_JVM_OPTIONS)" $(BIN)/streamstate up --profile $(PROFILE)
 
 test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker engine and the images included
 	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+
+lint: setup                     ## the inner loop's first step: ruff and mypy, as make test runs them (seconds)
+	$(BIN)/ruff check streamstate tests bench examples spark-jobs infra
+	$(BIN)/mypy
+
+unit: setup                     ## the inner loop's second: the unit tests (pure logic, no broker, no Spark; under a minute)
+	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) -q
 
 images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs); plain `docker compose` then runs them
 	bash infra/docker/engine.sh start

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streamstate.errors import UnavailableError
+
 # Apache Kafka's official image at the release the project is tested with (infra/versions.env).
 OFFICIAL_IMAGE = "apache/kafka:3.9.1"
 # The same release built locally by `make images`, on machines that reach no registry.
@@ -28,7 +30,7 @@ START_TIMEOUT_S = 120.0
 Record = tuple[str | bytes | None, str | bytes | None]  # key, value
 
 
-class KafkaTestError(RuntimeError):
+class KafkaTestError(UnavailableError, RuntimeError):
     """The test broker could not be started or reached, or a topic could not be written or read."""
 
 
