@@ -11,6 +11,7 @@ the all-zero id, and then only offsets (checked by the sources at planning) are 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -39,6 +40,11 @@ def topic_ids(broker: object, topics: Iterable[str], client: AdminClient | None 
             topic_id = str(future.result(TIMEOUT_S).topic_id)
         except KafkaException:
             continue  # a missing topic has no id: the sources report missing topics themselves
+        except FutureTimeout:
+            # A broker lost mid-batch (its leadership not yet moved) can leave the answer late: this
+            # batch goes on with the offsets' own checks, and the next one asks again, rather than
+            # failing the batch and restarting the query for a question the next batch answers.
+            continue
         if topic_id and topic_id != NO_TOPIC_ID:
             ids[name] = topic_id
     return ids
