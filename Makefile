@@ -32,9 +32,10 @@ run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter 
 test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker engine and the images included
 	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
-lint: setup                     ## the inner loop's first step: ruff and mypy, as make test runs them (seconds)
+lint: setup                     ## the inner loop's first step: ruff, mypy and the layers' import contracts, as make test runs them (seconds)
 	$(BIN)/ruff check streamstate tests bench examples spark-jobs infra
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: setup                     ## the inner loop's second: the unit tests (pure logic, no broker, no Spark; under a minute)
 	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) -q

@@ -4,7 +4,7 @@ Every record is a JSON object; every record carries an event time ``ts`` in epoc
 milliseconds (UTC). The two input kinds (:class:`UserEvent`, :class:`Metric`) are
 other teams' contracts (see README "Wire contracts") and are validated strictly:
 no type coercion, unknown extra fields ignored. The Spark schema of any model is
-derived from the model itself by :func:`spark_schema`, never written twice.
+derived from the model itself by :func:`~streamstate.state.schema.spark_schema`, never written twice.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import types
-import typing
 from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 from streamstate.errors import StreamstateError
+# The models' Spark schemas come from the state library's converter (re-exported for the jobs).
+from streamstate.state.schema import spark_schema as spark_schema, spark_type as spark_type
 
 EVENT_TYPES = ("login", "page_view", "click", "purchase", "logout")
 EventType = Literal["login", "page_view", "click", "purchase", "logout"]
@@ -314,58 +314,3 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-# --------------------------------------------------------------------------- Spark schema
-def spark_type(annotation: Any):
-    """The Spark SQL type of a model field annotation."""
-    from pyspark.sql import types as T
-
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is Annotated:
-        return spark_type(args[0])
-    if origin in (Union, types.UnionType):
-        non_null = [a for a in args if a is not type(None)]
-        if all(_base(a) in (int, float) for a in non_null) and float in {_base(a) for a in non_null}:
-            return T.DoubleType()
-        return spark_type(non_null[0])
-    if origin is Literal:
-        return spark_type(type(args[0]))
-    if origin is dict:
-        return T.MapType(spark_type(args[0]), spark_type(args[1]), True)
-    if origin is list:
-        return T.ArrayType(spark_type(args[0]), True)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return spark_schema(annotation)
-    base = _base(annotation)
-    simple = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
-    if base in simple:
-        return simple[base]
-    raise TypeError(f"no Spark type for {annotation!r}")
-
-
-def _base(annotation: Any) -> Any:
-    if typing.get_origin(annotation) is Annotated:
-        return _base(typing.get_args(annotation)[0])
-    for base in (bool, int, float, str):
-        if isinstance(annotation, type) and issubclass(annotation, base):
-            return base
-    return annotation
-
-
-def _nullable(annotation: Any, required: bool) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _nullable(typing.get_args(annotation)[0], required)
-    return not required or (origin in (Union, types.UnionType) and type(None) in typing.get_args(annotation))
-
-
-def spark_schema(model: type[BaseModel]):
-    """The Spark StructType of a model, derived from its field annotations."""
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [
-            T.StructField(name, spark_type(field.annotation), _nullable(field.annotation, field.is_required()))
-            for name, field in model.model_fields.items()
-        ]
-    )

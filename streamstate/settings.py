@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from streamstate.state.defaults import DEFAULT_BUCKETS, DEFAULT_HOT_KEYS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # The jobs' bucket count for a new checkpoint. A bucket visit costs a Spark group call, a state
@@ -22,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 NEW_CHECKPOINT_BUCKETS = 8
 # The count of a checkpoint that records none: written before the count was recorded, when the
 # jobs' default was 64 (StateSpec's own default stays this, since a user's checkpoint records none).
-UNRECORDED_BUCKETS = 64
+UNRECORDED_BUCKETS = DEFAULT_BUCKETS
 
 
 class Settings(BaseSettings):
@@ -101,7 +103,7 @@ class Settings(BaseSettings):
         "value that differs from it stops the job at start.",
     )
     state_hot_keys: int = Field(
-        200_000, ge=1, description="Recently touched keys per job kept where touching them again costs no state call; "
+        DEFAULT_HOT_KEYS, ge=1, description="Recently touched keys per job kept where touching them again costs no state call; "
         "beyond that the least recently touched move to a per-key map.",
     )
     max_offsets_per_trigger: int | None = Field(

@@ -24,7 +24,8 @@ Untouched keys cost nothing in ``map_with_state``; ``update_state_by_key`` calls
 every batch, as DStream's did (each bucket then keeps all its keys hot and a processing-time
 timer for the next batch, so it is visited with or without records). Per-key timers in
 processing or event time and an initial-state input give the seeds' ``timeout`` and
-``initialState``. State lives in the RocksDB store (``build_spark``).
+``initialState``. State lives in Spark's RocksDB state store (the session needs
+``spark.sql.streaming.stateStore.providerClass`` set to its provider).
 
 The names below are loaded on first use (PEP 562): Spark imports this package in a fresh
 Python process at each query's start only to read the processor's state schemas, and the

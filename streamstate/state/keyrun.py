@@ -17,7 +17,7 @@ import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from streamstate.kinds import Kind
+from streamstate.state.kinds import RowKind
 from streamstate.state.columns import NO_VALUES, ROW_VALUES, Columns, ValueSource
 from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
@@ -33,7 +33,7 @@ OUTPUT_SCHEMA = (
 OUTPUT_COLUMNS = ("kind", "key", "payload", "reason", "topic", "partition", "offset")
 
 # Plain str values: they go into pandas frames and Arrow batches.
-OUTPUT, SNAPSHOT, DEAD_LETTER = Kind.OUTPUT.value, Kind.SNAPSHOT.value, Kind.DEAD_LETTER.value
+OUTPUT, SNAPSHOT, DEAD_LETTER = RowKind.OUTPUT.value, RowKind.SNAPSHOT.value, RowKind.DEAD_LETTER.value
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Both lay the input out as ``INPUT_COLUMNS``, give each row its key's bucket
 (:mod:`streamstate.state.packing`), run :class:`~streamstate.state.processor.BucketProcessor`
 under ``groupBy(bucket).transformWithStateInPandas`` and decode its rows (``kind``: output |
 snapshot | dead_letter, or the kind of an :class:`~streamstate.state.Emit`; see
-:mod:`streamstate.kinds`) into the three DataFrames of a :class:`StateResult`.
+:mod:`streamstate.state.kinds`) into the three DataFrames of a :class:`StateResult`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamstate.contracts import spark_schema
+from streamstate.state.schema import spark_schema
 from streamstate.state.buckets import TICK_MS
 from streamstate.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, OUTPUT, OUTPUT_SCHEMA, SNAPSHOT, Plan
 from streamstate.state.packing import BUCKET, PACKED_SCHEMA, pack

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from streamstate.kinds import Kind
+from streamstate.state.kinds import RowKind
 from streamstate.state.state import DEAD_LETTER_VALUE_LIMIT, checked_size, cut, lenient_json, to_json
 
 
@@ -44,10 +44,10 @@ def output_row(output: Any, key_text: str, limit_bytes: int) -> tuple[str, str, 
     """``(kind, key, payload)`` of one output; :class:`~streamstate.state.state.OutputTooLarge`
     when the payload is over ``limit_bytes``, ``TypeError``/``ValueError`` when it cannot be written."""
     if not isinstance(output, Emit):
-        return Kind.OUTPUT.value, key_text, checked_size(to_json(output), limit_bytes, "output")
+        return RowKind.OUTPUT.value, key_text, checked_size(to_json(output), limit_bytes, "output")
     kind, key, payload = output
-    if not isinstance(kind, str) or kind == Kind.SNAPSHOT:
-        raise ValueError(f"Emit kind must be a name other than {Kind.SNAPSHOT.value!r}, got {kind!r}")
+    if not isinstance(kind, str) or kind == RowKind.SNAPSHOT:
+        raise ValueError(f"Emit kind must be a name other than {RowKind.SNAPSHOT.value!r}, got {kind!r}")
     if not isinstance(key, str):
         raise TypeError(f"Emit key must be text, got {type(key).__name__}")
     if payload is None:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from streamstate.settings import UNRECORDED_BUCKETS, defaults
+from streamstate.state.defaults import DEFAULT_BUCKETS, DEFAULT_HOT_KEYS
 from streamstate.state.placement import are_bucket_labels
 
 _UNIT_MS = {
@@ -69,12 +69,6 @@ def duration_ms(duration: Duration) -> int:
 # could never be written, and its batch would fail on every retry.
 DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
 
-# Keys are grouped into this many buckets; Spark's per-group cost is paid per bucket and batch.
-# A query's checkpoint does not record the count, so this default can never change.
-DEFAULT_BUCKETS = UNRECORDED_BUCKETS
-# Keys kept in the buckets' hot sets (all buckets together): a key touched again while hot costs
-# no state call; the least recently touched keys beyond it move to the per-key cold map.
-DEFAULT_HOT_KEYS = defaults().state_hot_keys
 
 
 # (key, value | None, state) -> output | None | list of outputs

@@ -61,7 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from streamstate.kinds import Kind
+from streamstate.state.kinds import RowKind
 from streamstate.state.columns import ROW_VALUES, Columns
 from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.state.spec import StateSpec
@@ -176,7 +176,7 @@ class StateTester:
 
     def _dead_letter(self, key: Any, record: Record | None, reason: str) -> Row:
         value = None if record is None else dead_letter_value(record.value)
-        return Row(Kind.DEAD_LETTER.value, describe_key(key), value, reason)
+        return Row(RowKind.DEAD_LETTER.value, describe_key(key), value, reason)
 
     def _process_key(self, key: Any, records: list[Record], processing_time_ms: int) -> None:
         before = self.store.get(key)
@@ -262,7 +262,7 @@ class StateTester:
 
     def _emit_snapshot(self, key: Any, before: Any) -> None:
         if self.store.get(key) != before and key in self._snapshots:
-            self.rows.append(Row(Kind.SNAPSHOT.value, describe_key(key), self._snapshots.pop(key)[0]))
+            self.rows.append(Row(RowKind.SNAPSHOT.value, describe_key(key), self._snapshots.pop(key)[0]))
 
     def _idle_deadline(self, key: Any, group: list[Record], processing_time_ms: int) -> int | None:
         """A key's deadline after a call with records: last event time (or now) plus the timeout."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, NamedTuple
 
-from streamstate.kinds import Kind
+from streamstate.state.kinds import RowKind
 from streamstate.state.tester import Row, StateTester
 from streamstate.state.windows import WindowOp, window_spec
 
@@ -66,7 +66,7 @@ class WindowTester:
         """The windows among ``rows`` (engine rows ``kind, key, payload, ...``), sorted."""
         found = []
         for kind, key, payload, *_ in rows:
-            if kind == Kind.OUTPUT:
+            if kind == RowKind.OUTPUT:
                 output = json.loads(payload)
                 found.append(Window(key, output["start"], output["end"], output["value"]))
         return sorted(found, key=lambda w: (w.key, w.start, json.dumps(w.value, sort_keys=True)))
