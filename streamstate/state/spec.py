@@ -39,14 +39,15 @@ Duration = str | int | dt.timedelta
 LateRecords = Literal["process", "dead_letter"]
 
 
-def duration_ms(duration: Duration) -> int:
-    """Milliseconds of ``"30 minutes"`` (Spark-style text), an int of milliseconds, or a timedelta.
+def duration_ms(duration: Duration, what: str = "timeout") -> int:
+    """Milliseconds of ``"30 minutes"`` (Spark-style text), an int of milliseconds, or a timedelta;
+    ``what`` names the duration in the errors (a window length, a slide interval).
 
     >>> duration_ms("30 minutes"), duration_ms(1500), duration_ms(dt.timedelta(seconds=2))
     (1800000, 1500, 2000)
     """
     if isinstance(duration, bool):
-        raise ValueError(f"timeout must be a duration, got {duration!r}")
+        raise ValueError(f"{what} must be a duration, got {duration!r}")
     if isinstance(duration, dt.timedelta):
         ms = int(duration.total_seconds() * 1000)
     elif isinstance(duration, int):
@@ -59,9 +60,9 @@ def duration_ms(duration: Duration) -> int:
             )
         ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
     else:
-        raise ValueError(f"timeout must be a str, int (ms) or timedelta, got {type(duration).__name__}")
+        raise ValueError(f"{what} must be a str, int (ms) or timedelta, got {type(duration).__name__}")
     if ms <= 0:
-        raise ValueError(f"timeout must be positive, got {duration!r}")
+        raise ValueError(f"{what} must be positive, got {duration!r}")
     return ms
 
 

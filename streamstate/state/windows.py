@@ -27,6 +27,7 @@ when the key next gets data, if sooner).
 
 from __future__ import annotations
 
+import inspect
 import operator
 from dataclasses import dataclass, replace
 from functools import reduce
@@ -72,8 +73,11 @@ class Slides:
     @classmethod
     def of(cls, window: Duration, slide: Duration | None = None) -> Slides:
         """From Spark-style durations (``"10 minutes"``); no slide: tumbling windows."""
-        window_ms = duration_ms(window)
-        slide_ms = window_ms if slide is None else duration_ms(slide)
+        try:
+            window_ms = duration_ms(window, "the window length")
+            slide_ms = window_ms if slide is None else duration_ms(slide, "the slide interval")
+        except ValueError as error:
+            raise WindowError(str(error)) from None
         if slide_ms > window_ms:
             raise WindowError(
                 f"the slide ({slide!r}) is longer than the window ({window!r}): records between windows would "
@@ -348,10 +352,28 @@ def _reducing(
     for name, given in (("func", func), ("inv_func", inv_func), ("filter_func", filter_func)):
         if given is not None and not callable(given):
             raise TypeError(f"{name} must be callable, got {type(given).__name__}")
+    if filter_func is not None and not _takes_two(filter_func):
+        # DStream's filterFunc takes one (key, value) tuple: such a function would raise at every
+        # close, each dead-lettered, and the key's panes would never be cleared.
+        raise WindowError(
+            "filter_func is called as filter_func(key, value) and must take two arguments (DStream's filterFunc "
+            "took one (key, value) tuple): write `lambda key, value: ...`"
+        )
     if inv_func is not None and output_mode == "update":
         # Update mode emits each window as it grows and never moves a window on: nothing to subtract.
         inv_func = None
     return WindowStep(Slides.of(window, slide), func, inv_func, filter_func, output_mode, event_time)
+
+
+def _takes_two(function: Callable) -> bool:
+    """Whether ``function(key, value)`` binds (a callable without a signature is given the benefit)."""
+    try:
+        inspect.signature(function).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
 
 
 def window_spec(op: WindowOp, event_time_column: str | None) -> StateSpec:

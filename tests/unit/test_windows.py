@@ -260,3 +260,22 @@ def test_window_arguments_are_checked():
 def test_the_window_tester_module_example_runs():
     code = re.search(r"Example::\n\n(.*?)\n\n", window_tester_module.__doc__, re.S).group(1)
     exec(compile(textwrap.dedent(code), window_tester_module.__file__, "exec"), {})
+
+
+@pytest.mark.parametrize("window, slide, named", [
+    (0, None, "window length"), ("0 seconds", None, "window length"), ("10 seconds", 0, "slide interval"),
+    (-5, None, "window length"),
+])
+def test_a_zero_or_negative_length_is_named_as_what_it_is(window, slide, named):
+    with pytest.raises(WindowError, match=f"{named} must be positive"):
+        WindowOp.window(window, slide)
+
+
+def test_a_dstream_style_one_argument_filter_is_refused_when_the_operation_is_defined():
+    """DStream's filterFunc takes one (key, value) tuple; ours takes key and value. A one-argument
+    filter would raise at every close (each dead-lettered, the key's panes never cleared): refused
+    at once, with the fix."""
+    with pytest.raises(WindowError, match=r"filter_func\(key, value\)"):
+        WindowOp.reduce_by_key_and_window(operator.add, operator.sub, "10 seconds", "5 seconds", filter_func=lambda pair: pair[1] > 0)
+    WindowOp.reduce_by_key_and_window(operator.add, operator.sub, "10 seconds", "5 seconds", filter_func=lambda key, value: value > 0)
+    WindowOp.reduce_by_key_and_window(operator.add, operator.sub, "10 seconds", "5 seconds", filter_func=lambda *args: True)
