@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streamstate.state.columns import Columns
-    from streamstate.state.operators import StateResult, map_with_state, update_state_by_key
+    from streamstate.state.operators import StateResult, StateStoreUnsupported, map_with_state, update_state_by_key
     from streamstate.state.outputs import Emit
     from streamstate.state.spec import StateSpec, duration_ms
     from streamstate.state.state import State, StateTypeError, StateUsageError
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "Columns": "columns",
     "StateResult": "operators",
+    "StateStoreUnsupported": "operators",
     "map_with_state": "operators",
     "update_state_by_key": "operators",
     "Emit": "outputs",
@@ -104,6 +105,7 @@ __all__ = [
     "State",
     "StateResult",
     "StateSpec",
+    "StateStoreUnsupported",
     "StateTypeError",
     "StateUsageError",
     "WindowError",

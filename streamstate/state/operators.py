@@ -30,6 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamstate.errors import StateError
 from streamstate.state.schema import spark_schema
 from streamstate.state.buckets import TICK_MS
 from streamstate.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, OUTPUT, OUTPUT_SCHEMA, SNAPSHOT, Plan
@@ -90,6 +91,28 @@ class StateResult:
         if self.source_columns:
             columns += list(SOURCE_COLUMNS)
         return rows.where(F.col("kind") == DEAD_LETTER).select(*columns)
+
+
+# Spark runs the transformWithState family on its RocksDB state store only; its default store
+# fails such a query when it runs (STORE_BACKEND_NOT_SUPPORTED_FOR_TWS), the library before.
+PROVIDER_SETTING = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class StateStoreUnsupported(StateError, ValueError):
+    """The session's state store cannot hold the state API's state: the message names the setting."""
+
+
+def require_rocksdb(spark: SparkSession) -> None:
+    """Raise :class:`StateStoreUnsupported` unless the session runs RocksDB state (one conf read;
+    on Spark Connect, one round trip)."""
+    provider = spark.conf.get(PROVIDER_SETTING, None)
+    if provider != ROCKSDB_PROVIDER:
+        raise StateStoreUnsupported(
+            f"the state API keeps its state in Spark's RocksDB state store, and this session's store is "
+            f"{provider or 'the default (HDFS-backed)'}: set {PROVIDER_SETTING}={ROCKSDB_PROVIDER} on the session "
+            "(SparkSession.builder.config(...), spark.conf.set(...) before the query starts, or --conf)"
+        )
 
 
 def map_with_state(
@@ -184,6 +207,7 @@ def map_packed(
     :func:`map_with_state` lays its input out and packs it; a step that computes its rows
     itself (the jobs' validation) packs them in the same Python pass and starts here.
     """
+    require_rocksdb(packed.sparkSession)
     initial = None
     if spec.initial is not None:
         keyed = _initial_state(packed.sparkSession, key_type, spec)

@@ -274,3 +274,22 @@ def test_the_state_variables_schemas_are_the_ddl_existing_checkpoints_recorded(s
     assert {name: schema.json() for name, schema in given.items()} == {
         name: StructType.fromDDL(ddl).json() for name, ddl in recorded.items()
     }
+
+
+def test_a_session_without_the_rocksdb_store_is_refused_before_the_query_starts(spark, settings, new_topic):
+    """Spark runs the transformWithState family on RocksDB only, and says so only once the query
+    runs (STORE_BACKEND_NOT_SUPPORTED_FOR_TWS); the library says it when the operator is defined,
+    naming the setting."""
+    from streamstate.state import StateStoreUnsupported
+    from streamstate.state.operators import PROVIDER_SETTING, ROCKSDB_PROVIDER
+
+    df = read_json_topic(spark, settings.bootstrap_servers, new_topic(), SCHEMA)
+    spec = StateSpec.function(lambda key, value, state: None)
+    before = spark.conf.get(PROVIDER_SETTING)
+    spark.conf.set(PROVIDER_SETTING, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    try:
+        with pytest.raises(StateStoreUnsupported, match=f"{PROVIDER_SETTING}={ROCKSDB_PROVIDER}"):
+            map_with_state(df, key="key", spec=spec)
+    finally:
+        spark.conf.set(PROVIDER_SETTING, before)
+    map_with_state(df, key="key", spec=spec)  # with the store set, the same call defines the query
