@@ -33,7 +33,7 @@ from bench.measure import fresh_outputs, query_figures
 from streamstate.jobs import sessions_job
 from streamstate.jobs.runner import start_query
 from streamstate.jobs.spark import build_spark
-from streamstate.stack.standalone import StandaloneCluster
+from infra.spark.standalone import StandaloneCluster
 from streamstate.settings import Settings
 from streamstate.stack.launcher import EmbeddedStack
 

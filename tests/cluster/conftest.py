@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate.stack.standalone import StandaloneCluster
+from infra.spark.standalone import StandaloneCluster
 from streamstate.settings import Settings
 from tests.scenario import pipeline_topics
 

@@ -91,7 +91,7 @@ def native_production_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_every_compose_service_runs_natively_or_says_why_not():
-    from streamstate.stack.standalone import StandaloneCluster
+    from infra.spark.standalone import StandaloneCluster
 
     assert set(SERVICES) == set(NATIVE_COUNTERPART), "a compose service was added or removed: declare its native counterpart"
     for service, counterpart in NATIVE_COUNTERPART.items():
