@@ -355,19 +355,43 @@ class ViewFollower(threading.Thread):
         batch: list[Consumed] = []
         for (source, partition, offset, _, value), summary in zip(rows, summaries):
             if isinstance(summary, str):
-                topic = self._topics[source]
-                self._metrics.bad_records.labels(topic).inc()
-                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, summary)
+                self._bad_record(source, partition, offset, summary)
                 record = None
             else:
                 record = build(source, summary, value)
             batch.append((source, partition, offset, record))
         if batch:
             self._set_broker(True, self._problem)
-        new_alerts = self._view.apply(batch)
+        try:
+            new_alerts = self._view.apply(batch)
+        except StoreDamaged:
+            raise
+        except Exception:  # noqa: BLE001 - one record the view cannot apply must not stop the others
+            new_alerts = self._apply_one_at_a_time(batch)
         for alert in new_alerts:
             self._metrics.alerts_seen.labels(alert.kind).inc()
         self._broadcaster.publish(new_alerts)
+
+    def _apply_one_at_a_time(self, batch: list[Consumed]) -> list:
+        """A batch the view refused, applied record by record: a record it cannot apply (one the
+        store cannot hold, say) is a bad record, counted and consumed, and the others go on.
+        Retrying the whole batch instead would fail the same way for ever (issue 51). A write that
+        fails is no record's fault: :class:`StoreDamaged` still rebuilds the store."""
+        new_alerts = []
+        for source, partition, offset, record in batch:
+            try:
+                new_alerts += self._view.apply([(source, partition, offset, record)])
+            except StoreDamaged:
+                raise
+            except Exception as exc:  # noqa: BLE001 - this record's fault: counted as bad, the rest go on
+                self._bad_record(source, partition, offset, f"the view cannot store it ({exc!r})")
+                self._view.apply([(source, partition, offset, None)])
+        return new_alerts
+
+    def _bad_record(self, source: Source, partition: int, offset: int, why: str) -> None:
+        topic = self._topics[source]
+        self._metrics.bad_records.labels(topic).inc()
+        log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, why)
 
     def _on_message_error(self, message: Message, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:

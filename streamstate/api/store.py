@@ -65,6 +65,9 @@ ALERT = b"A"
 _OFFSET, _COUNTER, _IDENTITY = b"~o", b"~n", b"~v"
 
 TS = struct.Struct(">q")
+# What the store's event-time field holds: a record outside it cannot be stored, so the API's
+# strict check refuses it (a bad record) instead of letting it fail its batch's write.
+TS_MIN, TS_MAX = -(2**63), 2**63 - 1
 SESSION_HEAD = struct.Struct(">qB")  # ts, open-session flag
 SERIES_HEAD = struct.Struct(">qBd")  # ts, has-z flag, z
 _PARTITION = struct.Struct(">I")

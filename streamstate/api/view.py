@@ -83,6 +83,7 @@ class StateView:
         self._write_lock = threading.Lock()  # one batch at a time (the follower; tests call apply too)
         self._lock = threading.Lock()  # the alert log and the published positions
         self.stale_records = 0
+        self._batch_stale = 0  # stale records of the batch being applied, counted once it is written
         self._alerts: dict[str, AlertRecord] = {}
         self._alert_order: SortedList = SortedList()  # (ts, alert_id): newest last
         self._load()
@@ -165,6 +166,9 @@ class StateView:
         entered the view (not duplicates)."""
         batch = list(batch)
         with self._write_lock:
+            # Nothing in memory changes before the store write (a record that cannot be encoded
+            # fails its batch whole, and the follower applies it again record by record).
+            self._batch_stale = 0
             current = self._current(batch)
             puts: dict[bytes, bytes | None] = {}
             counters = dict(self._counters)
@@ -191,6 +195,7 @@ class StateView:
             with self._lock:
                 self._counters = counters
                 self._positions = positions
+                self.stale_records += self._batch_stale
                 for series_id, z in z_changes.items():
                     if z is not None and abs(z) > self._z_threshold:
                         self._extremes[series_id] = z
@@ -225,7 +230,7 @@ class StateView:
         else:
             newer = grave is None or ts > TS.unpack(grave)[0]
         if not newer:
-            self.stale_records += 1
+            self._batch_stale += 1
         return newer
 
     def _apply_session(self, record: Record, current: dict, puts: dict, counters: dict[str, int]) -> None:

@@ -104,6 +104,21 @@ def test_bad_records_raise_a_one_line_reason(key, value, reason):
     assert "\n" not in caught.value.reason
 
 
+@pytest.mark.parametrize("ts", [2**63, 2**64 + 5, -(2**63) - 1])
+@pytest.mark.parametrize("source", [Source.SESSIONS, Source.SERIES])
+def test_a_snapshot_time_the_store_cannot_hold_is_refused_as_a_bad_record(source, ts):
+    """The store keeps ``ts`` as a signed 64-bit integer (``store.TS``): a snapshot beyond it
+    passed strict validation and then failed every write of its batch, for ever."""
+    snapshot = session_snapshot("u1") if source is Source.SESSIONS else metric_snapshot("u1", 1.0)
+    value = snapshot.to_json().replace(f'"ts":{snapshot.ts}'.encode(), f'"ts":{ts}'.encode(), 1)
+    with pytest.raises(ContractError) as caught:
+        decode(source, b"u1", value)
+    assert "field 'ts'" in caught.value.reason and "64-bit" in caught.value.reason
+    edge = 2**63 - 1 if ts > 0 else -(2**63)
+    record = decode(source, b"u1", value.replace(str(ts).encode(), str(edge).encode(), 1))
+    assert record.ts == edge, "the store's own bounds are accepted"
+
+
 # ------------------------------------------------------------------------ sessions
 def test_session_lookup_update_and_tombstone():
     view = new_view(max_alerts=10)
