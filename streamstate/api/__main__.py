@@ -23,6 +23,7 @@ import sys
 import uvicorn
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
+from streamstate.errors import ConfigurationError
 from streamstate.settings import Settings
 
 
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         app = create_app(settings)
+    except ConfigurationError as exc:
+        print(f"streamstate-api: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except StoreUnavailable as exc:
         sys.exit(f"streamstate-api: {exc}")
     # No access log: at thousands of requests a second it would cost more than the requests; /metrics counts them.

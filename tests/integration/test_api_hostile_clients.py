@@ -179,3 +179,16 @@ def test_metrics_name_no_series_unless_asked_and_then_require_the_token(bootstra
     assert httpx.get(f"{asked.url}/metrics", headers={"authorization": "Bearer wrong"}, timeout=5).status_code == 401
     text = httpx.get(f"{asked.url}/metrics", headers={"authorization": f"Bearer {token}"}, timeout=5).text
     assert 'streamstate_series_zscore{series_id="wild"} -9.0' in text and "calm" not in text
+
+
+@pytest.mark.parametrize("token", ["", " ", "\t \n"])
+def test_a_blank_token_is_refused_at_start_with_a_message(api_topics, start_api, token):
+    """Issue 51: ``STREAMSTATE_API_TOKEN=""`` turned auth off silently, and ``" "`` made the fast
+    path (which wanted ``Bearer `` plus the blank) and the routes (which required no token) disagree."""
+    api = start_api(api_topics, api_token=token)
+    try:
+        code = api.popen.wait(30)
+    except Exception:
+        pytest.fail(f"the API started with a blank token:\n{api.log_tail()}")
+    assert code != 0
+    assert "STREAMSTATE_API_TOKEN" in api.log_tail() and "blank" in api.log_tail(), api.log_tail()
