@@ -238,6 +238,10 @@ class Settings(BaseSettings):
         10.0, gt=0, description="Seconds a connection has to send a request's line and headers, from connecting or "
         "from its previous response; beyond, it is closed (idle or slow sockets cannot hold the connection limit)."
     )
+    api_max_request_head_bytes: int = Field(
+        32_768, ge=1_024, description="Largest request line and headers the API reads, in bytes; a longer head is "
+        "answered 431 and its connection closed, before any authentication (the longest id's path is about 12 kB)."
+    )
     api_metrics_series_ids: bool = Field(
         False, description="Publish streamstate_series_zscore{series_id} for the series with |z| above "
         "anomaly_threshold (the 200 largest); /metrics then requires api_token when one is set."

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streamstate.api.app import create_app
     from streamstate.api.store import StoreUnavailable
-    from streamstate.api.timeouts import head_timeout_protocol
+    from streamstate.api.timeouts import request_head_protocol
 
     try:
         app = create_app(settings)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     # No access log: at thousands of requests a second it would cost more than the requests; /metrics counts them.
     uvicorn.run(
         app, host=settings.api_host, port=settings.api_port, loop="uvloop",
-        http=head_timeout_protocol(settings.api_request_head_timeout_s),
+        http=request_head_protocol(settings.api_request_head_timeout_s, settings.api_max_request_head_bytes),
         limit_concurrency=settings.api_max_connections, access_log=False, log_level="info",
     )
 
