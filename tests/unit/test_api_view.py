@@ -214,6 +214,62 @@ def test_alerts_deduplicated_newest_first_and_filtered():
     assert view.positions(Source.ALERTS) == {0: 5}
 
 
+def _lines_run(call, *args):
+    """``call(*args)`` and the number of Python lines it ran, in any module: the work a query does,
+    counted without a clock (a walk over every kept alert runs lines per alert)."""
+    import sys
+
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        result = call(*args)
+    finally:
+        sys.settrace(None)
+    return result, count
+
+
+def test_an_alert_filter_costs_the_size_of_its_answer_not_of_the_log():
+    """Issue 51: ``?kind=`` and ``?entity=`` walked all 100,000 kept alerts, on the event loop and
+    holding the lock the follower needs (about 50 ms a request)."""
+    kept = 5_000
+    view = new_view(max_alerts=kept)
+    common = [alert(f"u{i % 500}", 1_000 + i) for i in range(kept - 6)]
+    rare = [alert("u-rare", 10 + i, kind="rare_kind") for i in range(3)]  # the oldest: a walk meets them last
+    other = [alert("s-odd", 20 + i, kind="anomaly") for i in range(3)]
+    feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in (*rare, *other, *common)])
+    assert view.sizes()["alerts"] == kept
+    ids = lambda bodies: [json.loads(b)["alert_id"] for b in bodies]  # noqa: E731
+    newest_first = lambda alerts: [a.alert_id for a in sorted(alerts, key=lambda a: (a.ts, a.alert_id), reverse=True)]  # noqa: E731
+    queries = {
+        ("rare_kind", None, None, 100): newest_first(rare),
+        (None, "u-rare", None, 100): newest_first(rare),
+        ("rare_kind", "u-rare", None, 100): newest_first(rare),
+        ("anomaly", "u-rare", None, 100): [],
+        ("bot_burst", "u7", None, 2): newest_first([a for a in common if a.entity == "u7"])[:2],
+        ("nothing", None, None, 100): [],
+        (None, None, 1_000 + kept - 10, 100): newest_first([a for a in common if a.ts >= 1_000 + kept - 10]),
+        ("rare_kind", None, 11, 100): newest_first(rare[1:]),
+    }
+    for (kind, entity, since, limit), expected in queries.items():
+        (bodies, _), lines = _lines_run(view.alerts, kind, entity, since, limit)
+        assert ids(bodies) == expected, (kind, entity, since)
+        assert lines < 40 * (len(expected) + 5), f"{kind=} {entity=} {since=}: {lines} lines for {len(expected)} alerts"
+    # The indexes follow evictions and tombstones.
+    newer = [alert("u-rare", 100_000 + i, kind="rare_kind") for i in range(2)]
+    feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in newer])  # evicts the two oldest (rare ones)
+    assert ids(view.alerts("rare_kind", None, None, 100)[0]) == newest_first([*newer, rare[2]])
+    feed(view, Source.ALERTS, (newer[0].alert_id, None))
+    assert ids(view.alerts(None, "u-rare", None, 100)[0]) == newest_first([newer[1], rare[2]])
+    assert ids(view.alerts("rare_kind", "u-rare", None, 100)[0]) == newest_first([newer[1], rare[2]])
+
+
 def test_alert_log_keeps_the_newest_max_alerts():
     view = new_view(max_alerts=3)
     alerts = [alert(f"u{i}", ts) for i, ts in enumerate([50, 10, 40, 30, 20])]
