@@ -231,8 +231,8 @@ class Settings(BaseSettings):
         100, ge=1, description="Concurrent /alerts/stream clients; beyond, new streams get 429."
     )
     api_grave_retention_ms: int = Field(
-        7 * 24 * 60 * 60 * 1000, ge=0, description="A deleted user or series is remembered this long (event time, "
-        "behind the newest snapshot) to refuse an older snapshot arriving after its deletion; then forgotten."
+        7 * 24 * 60 * 60 * 1000, ge=0, description="A deleted user or series is remembered this long (wall-clock "
+        "time since the API applied its deletion) to refuse an older snapshot arriving after its deletion; then forgotten."
     )
     api_request_head_timeout_s: float = Field(
         10.0, gt=0, description="Seconds a connection has to send a request's line and headers, from connecting or "

@@ -18,8 +18,9 @@ an ordered walk by id, which is what cursor paging needs):
            the snapshot's JSON exactly as validated (served without re-parsing)
 ``a`` id   empty: the user has an open session (the ``active=true`` listing)
 ``m`` id   series: ``ts``, a flag byte (1 = last z present), the z (double), JSON
-``g`` id   a deleted session's last event time (see :mod:`streamstate.api.view`)
-``h`` id   a deleted series' last event time
+``g`` id   a deleted session's last event time, and the wall-clock time (ms) of its deletion
+           (:data:`GRAVE`; a store written before has only the first: see :mod:`streamstate.api.view`)
+``h`` id   the same for a deleted series
 ``A`` id   a kept alert's JSON
 ``~o`` ..  consumed offset per source and partition
 ``~n`` ..  counters (sessions, active sessions, series)
@@ -68,6 +69,7 @@ TS = struct.Struct(">q")
 # What the store's event-time field holds: a record outside it cannot be stored, so the API's
 # strict check refuses it (a bad record) instead of letting it fail its batch's write.
 TS_MIN, TS_MAX = -(2**63), 2**63 - 1
+GRAVE = struct.Struct(">qq")  # the deleted snapshot's ts, the wall-clock ms the deletion was applied
 SESSION_HEAD = struct.Struct(">qB")  # ts, open-session flag
 SERIES_HEAD = struct.Struct(">qBd")  # ts, has-z flag, z
 _PARTITION = struct.Struct(">I")

@@ -17,6 +17,14 @@ returned after expiry). A tombstone for a key the view does not hold changes not
 is no event time to remember). Records ignored as older are counted
 (``streamstate_api_stale_records_total``).
 
+Graves are forgotten ``api_grave_retention_ms`` after their deletion was applied, by the wall
+clock, which no record moves. They were forgotten behind the newest snapshot time seen, so
+one snapshot stamped in the year 9999 forgot every grave, and an older copy of a deleted
+user arriving after it was served again (issue 51). An older copy arrives soon after the
+deletion in the follower's time (a job's replay, a rebuild reading the topics), as Kafka's
+own ``delete.retention.ms`` for tombstones is wall-clock time too. A grave of a store written
+before holds no deletion time: the first pruning gives it the time of that pruning.
+
 Listing order: a session page is "the next ``limit`` user ids after the cursor id" in the
 store's key order (the UTF-8 bytes of the id: the same order as Python's ``str``), so a page
 boundary is a key, not a position: inserts and removals between two page requests never
@@ -36,8 +44,9 @@ from __future__ import annotations
 import heapq
 import json
 import threading
+import time
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import cast
@@ -48,6 +57,7 @@ from streamstate.api.record_contracts import AlertRecord, Record, SeriesRecord, 
 from streamstate.api.store import (
     ACTIVE,
     ALERT,
+    GRAVE,
     SERIES,
     SERIES_GRAVE,
     SERIES_HEAD,
@@ -78,19 +88,21 @@ class Page:
 class StateView:
     """Latest snapshot per user and per series, and the newest ``max_alerts`` distinct alerts."""
 
-    def __init__(self, store: ViewStore, max_alerts: int, z_threshold: float = 3.0):
+    def __init__(
+        self, store: ViewStore, max_alerts: int, z_threshold: float = 3.0, clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+    ):
         self._store = store
+        self._clock_ms = clock_ms  # the wall clock graves are stamped and forgotten by
         self._max_alerts = max_alerts
         self._z_threshold = z_threshold
         # Series whose last |z| is above the threshold, kept as records are applied: /metrics
         # reads them without scanning every series (342 ms at 200,000 series, on the event loop).
         self._extremes: dict[str, float] = {}
-        # The newest snapshot time applied per source since start: graves far behind it go.
-        self._newest_ts: dict[Source, int] = {}
         self._write_lock = threading.Lock()  # one batch at a time (the follower; tests call apply too)
         self._lock = threading.Lock()  # the alert log and the published positions
         self.stale_records = 0
         self._batch_stale = 0  # stale records of the batch being applied, counted once it is written
+        self._now_ms = 0  # the wall clock when the batch being applied began
         self._alerts: dict[str, AlertRecord] = {}
         self._alert_order: SortedList = SortedList()  # (ts, alert_id): newest last
         # The same (ts, alert_id) tuples by kind, by entity and by (kind, entity): sorted, newest last.
@@ -188,9 +200,8 @@ class StateView:
             changed: dict[tuple[str, int], int] = {}
             alerts: list[Record] = []
             z_changes: dict[str, float | None] = {}
+            self._now_ms = self._clock_ms()  # a grave made by this batch is stamped with it
             for source, partition, offset, record in batch:
-                if record is not None and not isinstance(record, Tombstone) and source is not Source.ALERTS:
-                    self._newest_ts[source] = max(self._newest_ts.get(source, record.ts), record.ts)
                 if record is not None:
                     if source is Source.SESSIONS:
                         self._apply_session(record, current, puts, counters)
@@ -240,7 +251,7 @@ class StateView:
         if stored is not None:
             newer = ts >= TS.unpack_from(stored)[0]
         else:
-            newer = grave is None or ts > TS.unpack(grave)[0]
+            newer = grave is None or ts > TS.unpack_from(grave)[0]
         if not newer:
             self._batch_stale += 1
         return newer
@@ -255,7 +266,7 @@ class StateView:
             _set(current, puts, SESSION + key, None)
             if current.get(SESSION_GRAVE + key) is None:
                 counters["graves"] += 1
-            _set(current, puts, SESSION_GRAVE + key, TS.pack(ts))
+            _set(current, puts, SESSION_GRAVE + key, GRAVE.pack(ts, self._now_ms))
             counters["sessions"] -= 1
             if active:
                 puts[ACTIVE + key] = None
@@ -290,7 +301,7 @@ class StateView:
                 _set(current, puts, SERIES + key, None)
                 if current.get(SERIES_GRAVE + key) is None:
                     counters["graves"] += 1
-                _set(current, puts, SERIES_GRAVE + key, TS.pack(TS.unpack_from(stored)[0]))
+                _set(current, puts, SERIES_GRAVE + key, GRAVE.pack(TS.unpack_from(stored)[0], self._now_ms))
                 counters["series"] -= 1
             return
         assert isinstance(record, SeriesRecord)
@@ -361,27 +372,29 @@ class StateView:
         return evicted
 
     def prune_graves(self, retention_ms: int) -> int:
-        """Delete the graves of keys deleted more than ``retention_ms`` (event time) before the
-        newest snapshot applied since start; returns how many. A grave refuses an older snapshot
-        arriving after the deletion (a job's replay can write one); one that old cannot come."""
+        """Delete the graves of keys deleted more than ``retention_ms`` ago by the wall clock;
+        returns how many. A grave refuses an older snapshot arriving after the deletion (a job's
+        replay can write one); one that late does not come."""
         with self._write_lock:
             if not self._counters["graves"]:
                 return 0
+            now = self._clock_ms()
             puts: dict[bytes, bytes | None] = {}
-            for prefix, source in ((SESSION_GRAVE, Source.SESSIONS), (SERIES_GRAVE, Source.SERIES)):
-                newest = self._newest_ts.get(source)
-                if newest is None:
-                    continue
+            pruned = 0
+            for prefix in (SESSION_GRAVE, SERIES_GRAVE):
                 for key, value in self._store.scan(prefix):
-                    if TS.unpack(value)[0] < newest - retention_ms:
+                    if len(value) != GRAVE.size:  # a store's grave from before deletion times: from now
+                        puts[key] = GRAVE.pack(TS.unpack(value)[0], now)
+                    elif GRAVE.unpack(value)[1] < now - retention_ms:
                         puts[key] = None
+                        pruned += 1
             if not puts:
                 return 0
-            counters = {**self._counters, "graves": self._counters["graves"] - len(puts)}
+            counters = {**self._counters, "graves": self._counters["graves"] - pruned}
             self._store.write(puts, {}, counters)
             with self._lock:
                 self._counters = counters
-            return len(puts)
+            return pruned
 
     def graves(self) -> int:
         return self._counters["graves"]

@@ -23,14 +23,15 @@ IDENTITY = {"format": 1, "topics": {"sessions": "s", "series": "m", "alerts": "a
 _opened = []
 
 
-def new_view(max_alerts: int, path: Path | None = None) -> StateView:
-    """A view on a store of its own (a fresh temporary directory unless ``path`` is given)."""
+def new_view(max_alerts: int, path: Path | None = None, clock_ms=None) -> StateView:
+    """A view on a store of its own (a fresh temporary directory unless ``path`` is given);
+    ``clock_ms``: the wall clock it reads (the real one unless given)."""
     temporary = path is None
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="view-")) / "store"
     opened = open_store(path, 8, IDENTITY)
     _opened.append((opened.store, temporary))
-    return StateView(opened.store, max_alerts)
+    return StateView(opened.store, max_alerts, **({} if clock_ms is None else {"clock_ms": clock_ms}))
 
 
 def close_stores() -> None:
@@ -358,21 +359,54 @@ def test_a_tombstone_deletes_and_an_older_copy_arriving_later_stays_deleted():
     assert walk(view, 10) == ["u1"] and view.sizes()["sessions"] == 1
 
 
-def test_graves_are_forgotten_once_the_newest_snapshot_is_past_their_retention():
-    view = new_view(max_alerts=3)
+def test_graves_are_forgotten_once_their_deletion_is_older_than_the_retention_by_the_wall_clock():
+    now = [1_000_000]
+    view = new_view(max_alerts=3, clock_ms=lambda: now[0])
     feed(view, Source.SESSIONS, *[(u, session_snapshot(u, ts=1_000).to_json()) for u in ("old", "recent")])
     feed(view, Source.SESSIONS, ("old", None))
-    feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=5_000).to_json()), ("recent", None))
     feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 1.0).to_json()), ("cpu", None))  # ts 5
+    now[0] += 5_000
+    feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=5_000).to_json()), ("recent", None))
     assert view.graves() == 3
-    feed(view, Source.SESSIONS, ("other", session_snapshot("other", ts=11_000).to_json()))
-    assert view.prune_graves(retention_ms=6_000) == 1, "old's grave (1,000) is behind 11,000 - 6,000; recent's (5,000) is not"
-    assert view.graves() == 2 and view.sizes()["sessions"] == 1
+    now[0] += 2_000
+    assert view.prune_graves(retention_ms=6_000) == 2, "old's and cpu's graves are 7 s old; recent's 2 s"
+    assert view.graves() == 1 and view.sizes()["sessions"] == 0
     feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=4_000).to_json()))
     assert view.session("recent")[0] is None, "a kept grave still refuses an older copy"
     feed(view, Source.SESSIONS, ("old", session_snapshot("old", ts=900).to_json()))
     assert view.session("old")[0].ts == 900, "a forgotten key takes any snapshot again"
-    assert view.prune_graves(retention_ms=6_000) == 0, "the series' grave waits for a newer series snapshot"
+    assert view.prune_graves(retention_ms=6_000) == 0
+
+
+def test_a_grave_of_a_store_written_before_deletion_times_is_kept_a_retention_from_the_first_pruning(tmp_path):
+    from streamstate.api.store import SESSION_GRAVE, TS
+
+    now = [1_000_000]
+    view = new_view(max_alerts=3, path=tmp_path / "store", clock_ms=lambda: now[0])
+    view._store.write({SESSION_GRAVE + b"gone": TS.pack(2_000)}, {}, {"graves": 1})  # as the previous version wrote it
+    close_stores()
+    view = new_view(max_alerts=3, path=tmp_path / "store", clock_ms=lambda: now[0])
+    assert view.prune_graves(retention_ms=6_000) == 0 and view.graves() == 1
+    feed(view, Source.SESSIONS, ("gone", session_snapshot("gone", ts=1_500).to_json()))
+    assert view.session("gone")[0] is None, "the old grave still refuses an older copy"
+    now[0] += 7_000
+    assert view.prune_graves(retention_ms=6_000) == 1 and view.graves() == 0
+
+
+def test_a_far_future_snapshot_does_not_bring_back_an_older_copy_of_a_deleted_user():
+    """Issue 51: graves were pruned behind the newest snapshot time seen, so one snapshot stamped
+    in the year 9999 pruned every grave, after which an older copy of a deleted user was served."""
+    view = new_view(max_alerts=3)
+    feed(view, Source.SESSIONS, ("gone", session_snapshot("gone", ts=2_000).to_json()), ("gone", None))
+    feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 1.0).to_json()), ("cpu", None))
+    year_9999 = 253_402_300_799_999
+    feed(view, Source.SESSIONS, ("future", session_snapshot("future", ts=year_9999).to_json()))
+    feed(view, Source.SERIES, ("far", metric_snapshot("far", 1.0).model_copy(update={"ts": year_9999}).to_json()))
+    assert view.prune_graves(retention_ms=7 * 24 * 3_600_000) == 0
+    feed(view, Source.SESSIONS, ("gone", session_snapshot("gone", ts=1_500).to_json()))
+    feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 9.0).model_copy(update={"ts": 4}).to_json()))
+    assert view.session("gone")[0] is None and view.series("cpu")[0] is None
+    assert view.graves() == 2
 
 
 def test_series_follow_the_same_event_time_rule():
