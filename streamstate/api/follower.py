@@ -95,7 +95,9 @@ class ViewFollower(threading.Thread):
         self._caught_up = False
         self._broker_up = False
         self._problem = f"connecting to Kafka at {settings.bootstrap_servers}"
-        self._known_ends: dict[tuple[str, int], int] = {}
+        self._known_ends: dict[tuple[str, int], int] = {}  # after the last record consumed, per partition
+        # Where the consumer last reached a partition's end (librdkafka's end-of-partition offset).
+        self._eof_at: dict[tuple[str, int], int] = {}
         # Why the view starts from offset 0 (None: it resumes from the stored offsets).
         self._rebuild_reason = rebuild_reason if rebuild_reason is not None or not view.empty else "the store is empty"
         self._progress_start: tuple[float, int] | None = None  # (monotonic time, records left) when catching up began
@@ -289,6 +291,7 @@ class ViewFollower(threading.Thread):
 
     def _stale(self, reason: str, topic_ids: dict[str, str] | None = None) -> None:
         log.warning("view follower: %s; rebuilding the view", reason)
+        self._eof_at.clear()
         self._view.reset(topic_ids)
         self._rebuild_reason = reason
 
@@ -296,6 +299,7 @@ class ViewFollower(threading.Thread):
         """Replace a damaged store with an empty one and start over from the topics' beginning."""
         reason = f"the store was damaged: {self._view.damage}"
         self._on_serving_loop(lambda: self._view.replace_damaged_store(view_identity(self._topics)))
+        self._eof_at.clear()
         with self._state_lock:
             self._targets = None
             self._caught_up = False
@@ -397,6 +401,7 @@ class ViewFollower(threading.Thread):
         if error.code() == KafkaError._PARTITION_EOF:
             # An end reached at or past the target counts even if the last offsets were compacted away.
             where = (cast(str, message.topic()), cast(int, message.partition()))  # an EOF event names its partition
+            self._eof_at[where] = cast(int, message.offset())
             target = (self._targets or {}).get(where)
             if target is not None and cast(int, message.offset()) >= target:
                 self._done_at_eof.add(where)
@@ -439,10 +444,16 @@ class ViewFollower(threading.Thread):
         log.info("view follower: %s", self._progress(self._remaining(self._targets)))
 
     def _refresh_lag(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """End offset minus the view's position, per partition. On a topic written in transactions
+        each commit marker takes an offset no record has, so a view holding every record stays
+        behind the end; where the consumer reached the partition's end past every record the view
+        holds, that end is the position (lag 0): the markers were read past, not left behind."""
         for tp in partitions:
             key = (tp.topic, tp.partition)
             _, reported_end = consumer.get_watermark_offsets(tp, timeout=2)
             position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
+            if position >= self._known_ends.get(key, 0):  # every record consumed is in the view
+                position = max(position, self._eof_at.get(key, 0))
             end = max(reported_end, self._known_ends.get(key, 0), (self._targets or {}).get(key, 0))
             self._metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(end - position, 0))
         self._set_broker(True, self._problem)
