@@ -242,6 +242,11 @@ class Settings(BaseSettings):
         32_768, ge=1_024, description="Largest request line and headers the API reads, in bytes; a longer head is "
         "answered 431 and its connection closed, before any authentication (the longest id's path is about 12 kB)."
     )
+    api_follower_stall_s: float = Field(
+        60.0, gt=0, description="Seconds the API's view follower may go without completing a step (consuming, "
+        "applying what it consumed) before /readyz answers 503 saying it is stuck; a follower thread that has died "
+        "makes /readyz and /healthz answer 503 at once."
+    )
     api_metrics_series_ids: bool = Field(
         False, description="Publish streamstate_series_zscore{series_id} for the series with |z| above "
         "anomaly_threshold (the 200 largest); /metrics then requires api_token when one is set."

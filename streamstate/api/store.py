@@ -130,6 +130,7 @@ class ViewStore:
         self._write_options = WriteOptions()
         self._write_options.sync = False
         self.cache_mb = cache_mb
+        self.closed = False
         self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
 
     @contextmanager
@@ -226,7 +227,47 @@ class ViewStore:
             self.db.compact_range(None, None)
 
     def close(self) -> None:
-        self.db.close()
+        if not self.closed:
+            self.closed = True
+            self.db.close()
+
+
+class ReplacedStore(ViewStore):
+    """Where the view's store is while a damaged one is being replaced: every read and write is
+    a :class:`StoreDamaged` (a 503 saying so), and the damaged store waits here to be closed,
+    copied aside and recreated off the serving loop."""
+
+    def __init__(self, damaged: ViewStore):  # not ViewStore.__init__, which opens a store
+        self.damaged = damaged
+        self.path, self.cache_mb, self.closed = damaged.path, damaged.cache_mb, True
+        self.damage = damaged.damage or "being replaced"
+
+    def _refuse(self) -> StoreDamaged:
+        return StoreDamaged(
+            f"the API's view store is damaged ({self.damage}) and is being rebuilt from the topics; "
+            "retry when /readyz answers 200"
+        )
+
+    def get(self, key: bytes) -> bytes | None:
+        raise self._refuse()
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        raise self._refuse()
+
+    def scan(self, prefix: bytes, after: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        raise self._refuse()
+
+    def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
+        raise self._refuse()
+
+    def set_identity(self, identity: dict) -> None:
+        raise self._refuse()
+
+    def clear(self, identity: dict | None = None) -> None:
+        raise self._refuse()
+
+    def close(self) -> None:
+        self.damaged.close()
 
 
 def view_identity(topics: dict) -> dict:
@@ -253,9 +294,14 @@ def open_store(path: Path, cache_mb: int, identity: dict) -> Opened:
 
 
 def replace_damaged(store: ViewStore, identity: dict) -> ViewStore:
-    """Close a store found damaged, keep a copy at ``<path>.corrupt``, and open an empty one in its place."""
+    """Close a store found damaged, keep a copy at ``<path>.corrupt``, and open an empty one in its
+    place. Slow (the copy): it runs on the follower's thread, never on the serving loop. A copy
+    that fails is logged and skipped: it is for a look, and the rebuild must not wait on it."""
     store.close()
-    _set_aside(store.path, f"damaged ({store.damage})")
+    try:
+        _set_aside(store.path, f"damaged ({store.damage})")
+    except OSError as exc:
+        log.warning("view store %s: could not copy the damaged store aside (%s); rebuilding without the copy", store.path, exc)
     _empty(store.path)
     return _create(store.path, store.cache_mb, identity)
 

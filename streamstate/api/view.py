@@ -65,6 +65,7 @@ from streamstate.api.store import (
     SESSION_GRAVE,
     SESSION_HEAD,
     TS,
+    ReplacedStore,
     ViewStore,
     key_bytes,
     replace_damaged,
@@ -165,12 +166,22 @@ class StateView:
         """Why the store cannot be trusted (a read or write failed on it), else None."""
         return self._store.damage
 
-    def replace_damaged_store(self, identity: dict) -> None:
+    def replace_damaged_store(self, identity: dict, between_reads: Callable[[Callable[[], None]], None]) -> None:
         """Swap a damaged store for an empty one (a copy kept at ``<path>.corrupt``); the
-        follower then rebuilds it from the topics. Called where no read is under way."""
+        follower then rebuilds it from the topics. Runs on the caller's thread (the follower's),
+        except one step: ``between_reads`` runs the detaching of the damaged store where no read
+        is under way (the serving loop, which reads the store without locks), and waits for it.
+        That step is an assignment; the close, the copy and the new store follow here, so the
+        serving loop never waits on them: requests meanwhile get 503 (:class:`ReplacedStore`).
+        Before, the whole swap ran on the serving loop and every request waited for the copy."""
         with self._write_lock:
-            self._store = replace_damaged(self._store, identity)
+            current = self._store
+            damaged = current.damaged if isinstance(current, ReplacedStore) else current  # an earlier attempt failed
+            if not isinstance(current, ReplacedStore):
+                between_reads(lambda: setattr(self, "_store", ReplacedStore(damaged)))
+            store = replace_damaged(damaged, identity)
             with self._lock:
+                self._store = store
                 self._load()
 
     def close(self) -> None:
