@@ -117,6 +117,7 @@ class ViewFollower(threading.Thread):
         self._fetch_wait_s = 0.0  # time spent waiting for records while catching up (logged when caught up)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stepped_at = time.monotonic()  # when the consuming loop last completed a step
+        self._last_error: str | None = None  # why the last attempt to follow failed, until a step completes
         self._ended: str | None = None  # why the thread ended, when it did
         self._metrics.ready.set_function(lambda: 1 if self.readiness().ready else 0)
         self._metrics.broker_up.set(0)
@@ -153,7 +154,8 @@ class ViewFollower(threading.Thread):
             if idle > self._settings.api_follower_stall_s:
                 return Readiness(False, (
                     f"the view follower has made no progress for {idle:,.0f} s (STREAMSTATE_API_FOLLOWER_STALL_S is "
-                    f"{self._settings.api_follower_stall_s:g}): stuck in {self._problem_or_step(problem)}"
+                    f"{self._settings.api_follower_stall_s:g}): "
+                    + (f"each attempt fails ({self._last_error})" if self._last_error else "blocked in a step of consuming or applying records")
                 ))
             return Readiness(True, "caught up with the topics' end offsets at start")
         if not broker_up:
@@ -184,10 +186,6 @@ class ViewFollower(threading.Thread):
         percent = 100.0 * done / total if total else 100.0
         return f"{how}: {done:,} of {total:,} records ({percent:.0f}%), {rate:,.0f} records/s{eta}"
 
-    @staticmethod
-    def _problem_or_step(problem: str) -> str:
-        return problem if problem.startswith("follower error") else "a step of consuming or applying records"
-
     # ------------------------------------------------------------------ thread
     def run(self) -> None:
         try:
@@ -208,11 +206,13 @@ class ViewFollower(threading.Thread):
             except StoreDamaged:
                 continue  # replaced at once, above
             except (KafkaException, _StartFailed) as exc:
+                self._last_error = self._describe(exc)
                 self._set_broker(isinstance(exc, _StartFailed), self._describe(exc))
                 log.warning("view follower: %s; retrying in %.1fs", self._problem, self._settings.api_retry_s)
             except Exception as exc:  # a bug must not end the thread silently and leave readyz stuck
                 log.exception("view follower failed; retrying")
-                self._set_broker(self._broker_up, f"follower error: {exc!r}")
+                self._last_error = f"follower error: {exc!r}"
+                self._set_broker(self._broker_up, self._last_error)
             self._stopping.wait(self._settings.api_retry_s)
 
     def _follow(self) -> None:
@@ -260,6 +260,7 @@ class ViewFollower(threading.Thread):
                         self._prune_graves()
                         next_grave_pruning = time.monotonic() + _GRAVE_PRUNING_S
                     self._stepped_at = time.monotonic()  # consumed records applied, or none there
+                    self._last_error = None
             finally:
                 decoder.close()
         finally:
@@ -348,8 +349,9 @@ class ViewFollower(threading.Thread):
             return True
         except Exception as exc:  # noqa: BLE001 - a disk or permission problem: reported, and retried
             log.exception("view follower: replacing the damaged store failed; retrying in %.1fs", self._settings.api_retry_s)
+            self._last_error = f"replacing the damaged view store failed ({exc})"
             with self._state_lock:
-                self._problem = f"replacing the damaged view store failed ({exc}); retrying"
+                self._problem = f"{self._last_error}; retrying"
             return False
 
     def _rebuild_damaged(self) -> None:
