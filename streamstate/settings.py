@@ -221,7 +221,8 @@ class Settings(BaseSettings):
     api_token: str | None = Field(
         None,
         description="Bearer token the API's data endpoints require (Authorization: Bearer <token>); unset: no "
-        "token. /healthz and /readyz stay open, and /metrics too unless it publishes series ids.",
+        "token (blank: the API refuses to start). /healthz and /readyz stay open, and /metrics too unless it "
+        "publishes series ids.",
         json_schema_extra={"secret": True},
     )
     api_max_connections: int = Field(

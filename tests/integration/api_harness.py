@@ -154,7 +154,7 @@ class InProcessApi:
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings.model_copy(update={"api_host": "127.0.0.1", "api_port": self.port}))
         self.context = self.app.state.context
-        protocol = request_head_protocol(settings.api_request_head_timeout_s, getattr(settings, "api_max_request_head_bytes", 32_768))
+        protocol = request_head_protocol(settings.api_request_head_timeout_s, settings.api_max_request_head_bytes)
         config = uvicorn.Config(
             self.app, host="127.0.0.1", port=self.port, loop="uvloop", http=protocol,
             limit_concurrency=settings.api_max_connections, access_log=False, log_level="warning",
