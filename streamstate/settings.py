@@ -223,7 +223,8 @@ class Settings(BaseSettings):
     api_token: str | None = Field(
         None,
         description="Bearer token the API's data endpoints require (Authorization: Bearer <token>); unset: no "
-        "token. /healthz and /readyz stay open, and /metrics too unless it publishes series ids.",
+        "token (blank: the API refuses to start). /healthz and /readyz stay open, and /metrics too unless it "
+        "publishes series ids.",
         json_schema_extra={"secret": True},
     )
     api_max_connections: int = Field(
@@ -233,12 +234,21 @@ class Settings(BaseSettings):
         100, ge=1, description="Concurrent /alerts/stream clients; beyond, new streams get 429."
     )
     api_grave_retention_ms: int = Field(
-        7 * 24 * 60 * 60 * 1000, ge=0, description="A deleted user or series is remembered this long (event time, "
-        "behind the newest snapshot) to refuse an older snapshot arriving after its deletion; then forgotten."
+        7 * 24 * 60 * 60 * 1000, ge=0, description="A deleted user or series is remembered this long (wall-clock "
+        "time since the API applied its deletion) to refuse an older snapshot arriving after its deletion; then forgotten."
     )
     api_request_head_timeout_s: float = Field(
         10.0, gt=0, description="Seconds a connection has to send a request's line and headers, from connecting or "
         "from its previous response; beyond, it is closed (idle or slow sockets cannot hold the connection limit)."
+    )
+    api_max_request_head_bytes: int = Field(
+        32_768, ge=1_024, description="Largest request line and headers the API reads, in bytes; a longer head is "
+        "answered 431 and its connection closed, before any authentication (the longest id's path is about 12 kB)."
+    )
+    api_follower_stall_s: float = Field(
+        60.0, gt=0, description="Seconds the API's view follower may go without completing a step (consuming, "
+        "applying what it consumed) before /readyz answers 503 saying it is stuck; a follower thread that has died "
+        "makes /readyz and /healthz answer 503 at once."
     )
     api_metrics_series_ids: bool = Field(
         False, description="Publish streamstate_series_zscore{series_id} for the series with |z| above "

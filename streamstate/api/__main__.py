@@ -23,6 +23,7 @@ import sys
 import uvicorn
 
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
+from streamstate.errors import ConfigurationError
 from streamstate.settings import Settings
 
 
@@ -51,16 +52,19 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streamstate.api.app import create_app
     from streamstate.api.store import StoreUnavailable
-    from streamstate.api.timeouts import head_timeout_protocol
+    from streamstate.api.timeouts import request_head_protocol
 
     try:
         app = create_app(settings)
+    except ConfigurationError as exc:
+        print(f"streamstate-api: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except StoreUnavailable as exc:
         sys.exit(f"streamstate-api: {exc}")
     # No access log: at thousands of requests a second it would cost more than the requests; /metrics counts them.
     uvicorn.run(
         app, host=settings.api_host, port=settings.api_port, loop="uvloop",
-        http=head_timeout_protocol(settings.api_request_head_timeout_s),
+        http=request_head_protocol(settings.api_request_head_timeout_s, settings.api_max_request_head_bytes),
         limit_concurrency=settings.api_max_connections, access_log=False, log_level="info",
     )
 

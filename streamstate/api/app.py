@@ -3,7 +3,8 @@
 One router per resource (:mod:`streamstate.api.routes`), their shared collaborators in one
 :class:`~streamstate.api.context.ApiContext` handed over as a dependency
 (:mod:`streamstate.api.deps`). When ``api_token`` is set, the data routers require it; the
-operations router (probes, metrics) stays open.
+operations router (probes, metrics) stays open. A blank token is refused here
+(:class:`~streamstate.errors.ConfigurationError`), so the command stops with a message.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(FastPath, context=context)  # outermost of ours: the read routes that carry the load
     app.include_router(operations.router)
     # The token's security scheme appears in the OpenAPI document only when a token is required.
-    guarded: dict[str, Any] = {"dependencies": [TokenDep], "responses": UNAUTHORIZED} if settings.api_token else {}
+    guarded: dict[str, Any] = {"dependencies": [TokenDep], "responses": UNAUTHORIZED} if context.token is not None else {}
     for router in (sessions.router, series.router, alerts.router):
         app.include_router(router, **guarded)
     return app

@@ -30,7 +30,7 @@ async def require_token(
     context: ContextDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> None:
     """401 unless the request carries ``Authorization: Bearer <api_token>``."""
-    expected = context.settings.api_token
+    expected = context.token
     if expected is None:
         return
     if credentials is None:

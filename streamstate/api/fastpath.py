@@ -44,7 +44,7 @@ class FastPath:
     def __init__(self, app: ASGIApp, context: ApiContext):
         self.app = app
         self.context = context
-        token = context.settings.api_token
+        token = context.token
         self._authorization = None if token is None else f"Bearer {token}".encode()
         metrics = context.metrics
         self._observe = {

@@ -13,6 +13,17 @@ is immediate.
 
 The thread never dies on a broker problem: it reports the reason through
 :meth:`ViewFollower.readiness` and the ``ready``/``broker_up`` gauges and tries again.
+
+Readiness is not a latch (issue 51: a follower that retried one batch for ever, or whose
+thread had ended, left /readyz at 200 "caught up"). Each completed step of the consuming
+loop (what it consumed is applied, or nothing was there to consume) stamps the time; a
+follower whose last step is older than ``api_follower_stall_s`` is reported stuck, and a
+follower thread that has ended is reported stopped, by /readyz and by the ``ready`` gauge
+(computed when scraped), and by /healthz, since nothing short of a restart brings it back.
+
+A damaged store is replaced on this thread, off the serving loop (only the detaching of the
+damaged store, an assignment, runs there: requests read the store without locks); a
+replacement that fails is reported and tried again, never the end of the thread.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ _POLL_S = 0.2
 _LAG_REFRESH_S = 5.0
 _GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count grows meanwhile
 _PROGRESS_LOG_S = 5.0
+_BETWEEN_READS_WAIT_S = 30.0  # for the serving loop to run a callback: it runs one between requests
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 
 
@@ -95,14 +107,19 @@ class ViewFollower(threading.Thread):
         self._caught_up = False
         self._broker_up = False
         self._problem = f"connecting to Kafka at {settings.bootstrap_servers}"
-        self._known_ends: dict[tuple[str, int], int] = {}
+        self._known_ends: dict[tuple[str, int], int] = {}  # after the last record consumed, per partition
+        # Where the consumer last reached a partition's end (librdkafka's end-of-partition offset).
+        self._eof_at: dict[tuple[str, int], int] = {}
         # Why the view starts from offset 0 (None: it resumes from the stored offsets).
         self._rebuild_reason = rebuild_reason if rebuild_reason is not None or not view.empty else "the store is empty"
         self._progress_start: tuple[float, int] | None = None  # (monotonic time, records left) when catching up began
         self._next_progress_log = 0.0
         self._fetch_wait_s = 0.0  # time spent waiting for records while catching up (logged when caught up)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._metrics.ready.set(0)
+        self._stepped_at = time.monotonic()  # when the consuming loop last completed a step
+        self._last_error: str | None = None  # why the last attempt to follow failed, until a step completes
+        self._ended: str | None = None  # why the thread ended, when it did
+        self._metrics.ready.set_function(lambda: 1 if self.readiness().ready else 0)
         self._metrics.broker_up.set(0)
 
     # ------------------------------------------------------------------ public
@@ -119,10 +136,27 @@ class ViewFollower(threading.Thread):
         """Caught up and the broker answering (cheap: every answer's freshness asks)."""
         return self._caught_up and self._broker_up
 
+    def stopped(self) -> str | None:
+        """Why the follower thread has ended, once it has (None while it runs or before it starts)."""
+        if self.ident is None or self.is_alive():
+            return None
+        why = self._ended or "stopped"
+        return f"the view follower thread has stopped ({why}): the view no longer follows the topics; restart the API"
+
     def readiness(self) -> Readiness:
+        stopped = self.stopped()
+        if stopped is not None:
+            return Readiness(False, stopped)
         with self._state_lock:
             caught_up, broker_up, problem, targets = self._caught_up, self._broker_up, self._problem, self._targets
         if caught_up and broker_up:
+            idle = time.monotonic() - self._stepped_at
+            if idle > self._settings.api_follower_stall_s:
+                return Readiness(False, (
+                    f"the view follower has made no progress for {idle:,.0f} s (STREAMSTATE_API_FOLLOWER_STALL_S is "
+                    f"{self._settings.api_follower_stall_s:g}): "
+                    + (f"each attempt fails ({self._last_error})" if self._last_error else "blocked in a step of consuming or applying records")
+                ))
             return Readiness(True, "caught up with the topics' end offsets at start")
         if not broker_up:
             return Readiness(False, problem)
@@ -154,18 +188,31 @@ class ViewFollower(threading.Thread):
 
     # ------------------------------------------------------------------ thread
     def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # the loop catches every Exception: this is the thread's end
+            self._ended = repr(exc)
+            log.critical("view follower stopped: %r; the view no longer follows the topics", exc)
+            raise
+
+    def _run(self) -> None:
         while not self._stopping.is_set():
+            # Damage found by a request, by our own reads, or left by a replacement that failed.
+            if self._view.damage is not None and not self._replace_damaged():
+                self._stopping.wait(self._settings.api_retry_s)
+                continue
             try:
                 self._follow()
             except StoreDamaged:
-                self._rebuild_damaged()
-                continue
+                continue  # replaced at once, above
             except (KafkaException, _StartFailed) as exc:
+                self._last_error = self._describe(exc)
                 self._set_broker(isinstance(exc, _StartFailed), self._describe(exc))
                 log.warning("view follower: %s; retrying in %.1fs", self._problem, self._settings.api_retry_s)
             except Exception as exc:  # a bug must not end the thread silently and leave readyz stuck
                 log.exception("view follower failed; retrying")
-                self._set_broker(self._broker_up, f"follower error: {exc!r}")
+                self._last_error = f"follower error: {exc!r}"
+                self._set_broker(self._broker_up, self._last_error)
             self._stopping.wait(self._settings.api_retry_s)
 
     def _follow(self) -> None:
@@ -212,6 +259,8 @@ class ViewFollower(threading.Thread):
                     if self._caught_up and time.monotonic() >= next_grave_pruning:
                         self._prune_graves()
                         next_grave_pruning = time.monotonic() + _GRAVE_PRUNING_S
+                    self._stepped_at = time.monotonic()  # consumed records applied, or none there
+                    self._last_error = None
             finally:
                 decoder.close()
         finally:
@@ -289,13 +338,32 @@ class ViewFollower(threading.Thread):
 
     def _stale(self, reason: str, topic_ids: dict[str, str] | None = None) -> None:
         log.warning("view follower: %s; rebuilding the view", reason)
+        self._eof_at.clear()
         self._view.reset(topic_ids)
         self._rebuild_reason = reason
+
+    def _replace_damaged(self) -> bool:
+        """:meth:`_rebuild_damaged`; False (and /readyz says why) when it failed: tried again later."""
+        try:
+            self._rebuild_damaged()
+            return True
+        except Exception as exc:  # noqa: BLE001 - a disk or permission problem: reported, and retried
+            log.exception("view follower: replacing the damaged store failed; retrying in %.1fs", self._settings.api_retry_s)
+            self._last_error = f"replacing the damaged view store failed ({exc})"
+            with self._state_lock:
+                self._problem = f"{self._last_error}; retrying"
+            return False
 
     def _rebuild_damaged(self) -> None:
         """Replace a damaged store with an empty one and start over from the topics' beginning."""
         reason = f"the store was damaged: {self._view.damage}"
-        self._on_serving_loop(lambda: self._view.replace_damaged_store(view_identity(self._topics)))
+        with self._state_lock:
+            self._caught_up = False
+            self._targets = None
+            self._problem = f"{reason}; setting it aside and creating an empty store"
+        log.warning("view follower: %s; replacing it", reason)
+        self._view.replace_damaged_store(view_identity(self._topics), self._between_reads)
+        self._eof_at.clear()
         with self._state_lock:
             self._targets = None
             self._caught_up = False
@@ -303,11 +371,12 @@ class ViewFollower(threading.Thread):
             self._progress_start = None
             self._rebuild_reason = reason
             self._problem = self._how()
-        self._metrics.ready.set(0)
         log.warning("view follower: %s; rebuilding the view from the topics", reason)
 
-    def _on_serving_loop(self, action: Callable[[], None]) -> None:
-        """Run ``action`` on the loop that serves requests (no request is then mid-read), and wait."""
+    def _between_reads(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (a few assignments) on the loop that serves requests, where no request
+        is mid-read, and wait for it; a loop that does not get to it in time is an error of this
+        attempt (the replacement is tried again), never the end of the thread."""
         loop = self._loop
         if loop is None or not loop.is_running():
             action()
@@ -322,7 +391,12 @@ class ViewFollower(threading.Thread):
                 done.set_exception(exc)
 
         loop.call_soon_threadsafe(run)
-        done.result(timeout=120)
+        try:
+            done.result(timeout=_BETWEEN_READS_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            raise _StartFailed(
+                f"the serving loop did not detach the damaged store within {_BETWEEN_READS_WAIT_S:.0f} s"
+            ) from None
 
     def _end_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:
@@ -355,24 +429,49 @@ class ViewFollower(threading.Thread):
         batch: list[Consumed] = []
         for (source, partition, offset, _, value), summary in zip(rows, summaries):
             if isinstance(summary, str):
-                topic = self._topics[source]
-                self._metrics.bad_records.labels(topic).inc()
-                log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, summary)
+                self._bad_record(source, partition, offset, summary)
                 record = None
             else:
                 record = build(source, summary, value)
             batch.append((source, partition, offset, record))
         if batch:
             self._set_broker(True, self._problem)
-        new_alerts = self._view.apply(batch)
+        try:
+            new_alerts = self._view.apply(batch)
+        except StoreDamaged:
+            raise
+        except Exception:  # noqa: BLE001 - one record the view cannot apply must not stop the others
+            new_alerts = self._apply_one_at_a_time(batch)
         for alert in new_alerts:
             self._metrics.alerts_seen.labels(alert.kind).inc()
         self._broadcaster.publish(new_alerts)
+
+    def _apply_one_at_a_time(self, batch: list[Consumed]) -> list:
+        """A batch the view refused, applied record by record: a record it cannot apply (one the
+        store cannot hold, say) is a bad record, counted and consumed, and the others go on.
+        Retrying the whole batch instead would fail the same way for ever (issue 51). A write that
+        fails is no record's fault: :class:`StoreDamaged` still rebuilds the store."""
+        new_alerts = []
+        for source, partition, offset, record in batch:
+            try:
+                new_alerts += self._view.apply([(source, partition, offset, record)])
+            except StoreDamaged:
+                raise
+            except Exception as exc:  # noqa: BLE001 - this record's fault: counted as bad, the rest go on
+                self._bad_record(source, partition, offset, f"the view cannot store it ({exc!r})")
+                self._view.apply([(source, partition, offset, None)])
+        return new_alerts
+
+    def _bad_record(self, source: Source, partition: int, offset: int, why: str) -> None:
+        topic = self._topics[source]
+        self._metrics.bad_records.labels(topic).inc()
+        log.warning("bad record skipped: %s[%d]@%d: %s", topic, partition, offset, why)
 
     def _on_message_error(self, message: Message, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             # An end reached at or past the target counts even if the last offsets were compacted away.
             where = (cast(str, message.topic()), cast(int, message.partition()))  # an EOF event names its partition
+            self._eof_at[where] = cast(int, message.offset())
             target = (self._targets or {}).get(where)
             if target is not None and cast(int, message.offset()) >= target:
                 self._done_at_eof.add(where)
@@ -415,10 +514,16 @@ class ViewFollower(threading.Thread):
         log.info("view follower: %s", self._progress(self._remaining(self._targets)))
 
     def _refresh_lag(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """End offset minus the view's position, per partition. On a topic written in transactions
+        each commit marker takes an offset no record has, so a view holding every record stays
+        behind the end; where the consumer reached the partition's end past every record the view
+        holds, that end is the position (lag 0): the markers were read past, not left behind."""
         for tp in partitions:
             key = (tp.topic, tp.partition)
             _, reported_end = consumer.get_watermark_offsets(tp, timeout=2)
             position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
+            if position >= self._known_ends.get(key, 0):  # every record consumed is in the view
+                position = max(position, self._eof_at.get(key, 0))
             end = max(reported_end, self._known_ends.get(key, 0), (self._targets or {}).get(key, 0))
             self._metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(end - position, 0))
         self._set_broker(True, self._problem)
@@ -435,8 +540,7 @@ class ViewFollower(threading.Thread):
         self._publish_ready()
 
     def _publish_ready(self) -> None:
-        self._metrics.broker_up.set(1 if self._broker_up else 0)
-        self._metrics.ready.set(1 if (self._caught_up and self._broker_up) else 0)
+        self._metrics.broker_up.set(1 if self._broker_up else 0)  # ``ready`` is computed when scraped
 
     def _describe(self, exc: Exception) -> str:
         if isinstance(exc, KafkaException):

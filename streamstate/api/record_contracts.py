@@ -7,6 +7,11 @@ the original bytes safe to serve: they match the model documented in the OpenAPI
 Responses splice those bytes instead of building model objects per request, so a million
 sessions cost bytes, not object graphs, and decoding skips a re-serialisation. The jobs
 write these topics with ``model_dump_json``, which strict validation always accepts.
+
+The check also refuses what the view's store cannot hold: a snapshot's ``ts`` is kept as a
+signed 64-bit integer (:data:`~streamstate.api.store.TS_MIN` .. ``TS_MAX``), and the contract
+allows any integer. Passed through, such a record failed the store write of its whole batch,
+and the follower retried that batch for ever (issue 51).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import cast
 
 from pydantic import BaseModel, ValidationError
 
+from streamstate.api.store import TS_MAX, TS_MIN
 from streamstate.contracts import Alert, ContractError, MetricSnapshot, SessionSnapshot, decode_utf8, explain
 
 
@@ -94,12 +100,22 @@ def summarize(source: Source, key: bytes | None, value: bytes | None) -> Summary
         raise ContractError(explain(exc)) from None
     if getattr(parsed, key_field) != key_text:
         raise ContractError(f"key {key_text!r} does not match {key_field} {getattr(parsed, key_field)!r}")
+    if isinstance(parsed, (SessionSnapshot, MetricSnapshot)) and not TS_MIN <= parsed.ts <= TS_MAX:
+        raise ContractError(
+            f"field 'ts': {_describe_int(parsed.ts)} is outside what the API's view store holds "
+            f"(a signed 64-bit integer, {TS_MIN} to {TS_MAX})"
+        )
     if isinstance(parsed, SessionSnapshot):
         return ("s", parsed.user_id, parsed.open_session is not None, parsed.ts)
     if isinstance(parsed, MetricSnapshot):
         return ("m", parsed.series_id, parsed.last_z, parsed.ts)
     assert isinstance(parsed, Alert)
     return ("a", parsed.alert_id, parsed.kind, parsed.entity, parsed.ts)
+
+
+def _describe_int(value: int) -> str:
+    # Python refuses to print integers over 4,300 digits; no reason needs them whole.
+    return str(value) if value.bit_length() <= 200 else f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
 
 
 def summarize_batch(sources: list[str], keys: list[bytes | None], values: list[bytes | None]) -> list[Summary | str]:

@@ -18,8 +18,9 @@ an ordered walk by id, which is what cursor paging needs):
            the snapshot's JSON exactly as validated (served without re-parsing)
 ``a`` id   empty: the user has an open session (the ``active=true`` listing)
 ``m`` id   series: ``ts``, a flag byte (1 = last z present), the z (double), JSON
-``g`` id   a deleted session's last event time (see :mod:`streamstate.api.view`)
-``h`` id   a deleted series' last event time
+``g`` id   a deleted session's last event time, and the wall-clock time (ms) of its deletion
+           (:data:`GRAVE`; a store written before has only the first: see :mod:`streamstate.api.view`)
+``h`` id   the same for a deleted series
 ``A`` id   a kept alert's JSON
 ``~o`` ..  consumed offset per source and partition
 ``~n`` ..  counters (sessions, active sessions, series)
@@ -65,6 +66,10 @@ ALERT = b"A"
 _OFFSET, _COUNTER, _IDENTITY = b"~o", b"~n", b"~v"
 
 TS = struct.Struct(">q")
+# What the store's event-time field holds: a record outside it cannot be stored, so the API's
+# strict check refuses it (a bad record) instead of letting it fail its batch's write.
+TS_MIN, TS_MAX = -(2**63), 2**63 - 1
+GRAVE = struct.Struct(">qq")  # the deleted snapshot's ts, the wall-clock ms the deletion was applied
 SESSION_HEAD = struct.Struct(">qB")  # ts, open-session flag
 SERIES_HEAD = struct.Struct(">qBd")  # ts, has-z flag, z
 _PARTITION = struct.Struct(">I")
@@ -125,6 +130,7 @@ class ViewStore:
         self._write_options = WriteOptions()
         self._write_options.sync = False
         self.cache_mb = cache_mb
+        self.closed = False
         self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
 
     @contextmanager
@@ -221,7 +227,47 @@ class ViewStore:
             self.db.compact_range(None, None)
 
     def close(self) -> None:
-        self.db.close()
+        if not self.closed:
+            self.closed = True
+            self.db.close()
+
+
+class ReplacedStore(ViewStore):
+    """Where the view's store is while a damaged one is being replaced: every read and write is
+    a :class:`StoreDamaged` (a 503 saying so), and the damaged store waits here to be closed,
+    copied aside and recreated off the serving loop."""
+
+    def __init__(self, damaged: ViewStore):  # not ViewStore.__init__, which opens a store
+        self.damaged = damaged
+        self.path, self.cache_mb, self.closed = damaged.path, damaged.cache_mb, True
+        self.damage = damaged.damage or "being replaced"
+
+    def _refuse(self) -> StoreDamaged:
+        return StoreDamaged(
+            f"the API's view store is damaged ({self.damage}) and is being rebuilt from the topics; "
+            "retry when /readyz answers 200"
+        )
+
+    def get(self, key: bytes) -> bytes | None:
+        raise self._refuse()
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        raise self._refuse()
+
+    def scan(self, prefix: bytes, after: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        raise self._refuse()
+
+    def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
+        raise self._refuse()
+
+    def set_identity(self, identity: dict) -> None:
+        raise self._refuse()
+
+    def clear(self, identity: dict | None = None) -> None:
+        raise self._refuse()
+
+    def close(self) -> None:
+        self.damaged.close()
 
 
 def view_identity(topics: dict) -> dict:
@@ -248,9 +294,14 @@ def open_store(path: Path, cache_mb: int, identity: dict) -> Opened:
 
 
 def replace_damaged(store: ViewStore, identity: dict) -> ViewStore:
-    """Close a store found damaged, keep a copy at ``<path>.corrupt``, and open an empty one in its place."""
+    """Close a store found damaged, keep a copy at ``<path>.corrupt``, and open an empty one in its
+    place. Slow (the copy): it runs on the follower's thread, never on the serving loop. A copy
+    that fails is logged and skipped: it is for a look, and the rebuild must not wait on it."""
     store.close()
-    _set_aside(store.path, f"damaged ({store.damage})")
+    try:
+        _set_aside(store.path, f"damaged ({store.damage})")
+    except OSError as exc:
+        log.warning("view store %s: could not copy the damaged store aside (%s); rebuilding without the copy", store.path, exc)
     _empty(store.path)
     return _create(store.path, store.cache_mb, identity)
 

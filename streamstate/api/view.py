@@ -17,6 +17,14 @@ returned after expiry). A tombstone for a key the view does not hold changes not
 is no event time to remember). Records ignored as older are counted
 (``streamstate_api_stale_records_total``).
 
+Graves are forgotten ``api_grave_retention_ms`` after their deletion was applied, by the wall
+clock, which no record moves. They were forgotten behind the newest snapshot time seen, so
+one snapshot stamped in the year 9999 forgot every grave, and an older copy of a deleted
+user arriving after it was served again (issue 51). An older copy arrives soon after the
+deletion in the follower's time (a job's replay, a rebuild reading the topics), as Kafka's
+own ``delete.retention.ms`` for tombstones is wall-clock time too. A grave of a store written
+before holds no deletion time: the first pruning gives it the time of that pruning.
+
 Listing order: a session page is "the next ``limit`` user ids after the cursor id" in the
 store's key order (the UTF-8 bytes of the id: the same order as Python's ``str``), so a page
 boundary is a key, not a position: inserts and removals between two page requests never
@@ -24,6 +32,11 @@ shift later pages, and every id present during the whole walk is returned exactl
 
 Alerts: the newest ``max_alerts`` distinct alert ids are kept in memory (bounded by the
 setting, not by users) for the filters, and in the store so that a restart has them at once.
+Each is indexed by time, by kind, by entity and by both, so a filtered query walks only its
+answer: a filter used to walk all 100,000 kept alerts on the event loop, holding the lock the
+follower needs (about 50 ms a request, issue 51). The indexes share one (ts, alert_id) tuple
+per alert; the per-kind and per-entity ones are plain sorted lists (most alerts arrive newest
+last, so an insert is an append and an eviction the first item).
 """
 
 from __future__ import annotations
@@ -31,9 +44,12 @@ from __future__ import annotations
 import heapq
 import json
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
+from typing import cast
 
 from sortedcontainers import SortedList
 
@@ -41,6 +57,7 @@ from streamstate.api.record_contracts import AlertRecord, Record, SeriesRecord, 
 from streamstate.api.store import (
     ACTIVE,
     ALERT,
+    GRAVE,
     SERIES,
     SERIES_GRAVE,
     SERIES_HEAD,
@@ -48,6 +65,7 @@ from streamstate.api.store import (
     SESSION_GRAVE,
     SESSION_HEAD,
     TS,
+    ReplacedStore,
     ViewStore,
     key_bytes,
     replace_damaged,
@@ -71,20 +89,27 @@ class Page:
 class StateView:
     """Latest snapshot per user and per series, and the newest ``max_alerts`` distinct alerts."""
 
-    def __init__(self, store: ViewStore, max_alerts: int, z_threshold: float = 3.0):
+    def __init__(
+        self, store: ViewStore, max_alerts: int, z_threshold: float = 3.0, clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+    ):
         self._store = store
+        self._clock_ms = clock_ms  # the wall clock graves are stamped and forgotten by
         self._max_alerts = max_alerts
         self._z_threshold = z_threshold
         # Series whose last |z| is above the threshold, kept as records are applied: /metrics
         # reads them without scanning every series (342 ms at 200,000 series, on the event loop).
         self._extremes: dict[str, float] = {}
-        # The newest snapshot time applied per source since start: graves far behind it go.
-        self._newest_ts: dict[Source, int] = {}
         self._write_lock = threading.Lock()  # one batch at a time (the follower; tests call apply too)
         self._lock = threading.Lock()  # the alert log and the published positions
         self.stale_records = 0
+        self._batch_stale = 0  # stale records of the batch being applied, counted once it is written
+        self._now_ms = 0  # the wall clock when the batch being applied began
         self._alerts: dict[str, AlertRecord] = {}
         self._alert_order: SortedList = SortedList()  # (ts, alert_id): newest last
+        # The same (ts, alert_id) tuples by kind, by entity and by (kind, entity): sorted, newest last.
+        self._by_kind: dict[str, list[tuple[int, str]]] = {}
+        self._by_entity: dict[str, list[tuple[int, str]]] = {}
+        self._by_kind_entity: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -95,6 +120,7 @@ class StateView:
         }
         self._alerts.clear()
         self._alert_order.clear()
+        self._by_kind, self._by_entity, self._by_kind_entity = {}, {}, {}
         for _, body in self._store.scan(ALERT):
             parsed = json.loads(body)
             self._keep_alert(AlertRecord(parsed["alert_id"], parsed["kind"], parsed["entity"], parsed["ts"], body))
@@ -140,12 +166,22 @@ class StateView:
         """Why the store cannot be trusted (a read or write failed on it), else None."""
         return self._store.damage
 
-    def replace_damaged_store(self, identity: dict) -> None:
+    def replace_damaged_store(self, identity: dict, between_reads: Callable[[Callable[[], None]], None]) -> None:
         """Swap a damaged store for an empty one (a copy kept at ``<path>.corrupt``); the
-        follower then rebuilds it from the topics. Called where no read is under way."""
+        follower then rebuilds it from the topics. Runs on the caller's thread (the follower's),
+        except one step: ``between_reads`` runs the detaching of the damaged store where no read
+        is under way (the serving loop, which reads the store without locks), and waits for it.
+        That step is an assignment; the close, the copy and the new store follow here, so the
+        serving loop never waits on them: requests meanwhile get 503 (:class:`ReplacedStore`).
+        Before, the whole swap ran on the serving loop and every request waited for the copy."""
         with self._write_lock:
-            self._store = replace_damaged(self._store, identity)
+            current = self._store
+            damaged = current.damaged if isinstance(current, ReplacedStore) else current  # an earlier attempt failed
+            if not isinstance(current, ReplacedStore):
+                between_reads(lambda: setattr(self, "_store", ReplacedStore(damaged)))
+            store = replace_damaged(damaged, identity)
             with self._lock:
+                self._store = store
                 self._load()
 
     def close(self) -> None:
@@ -165,6 +201,9 @@ class StateView:
         entered the view (not duplicates)."""
         batch = list(batch)
         with self._write_lock:
+            # Nothing in memory changes before the store write (a record that cannot be encoded
+            # fails its batch whole, and the follower applies it again record by record).
+            self._batch_stale = 0
             current = self._current(batch)
             puts: dict[bytes, bytes | None] = {}
             counters = dict(self._counters)
@@ -172,9 +211,8 @@ class StateView:
             changed: dict[tuple[str, int], int] = {}
             alerts: list[Record] = []
             z_changes: dict[str, float | None] = {}
+            self._now_ms = self._clock_ms()  # a grave made by this batch is stamped with it
             for source, partition, offset, record in batch:
-                if record is not None and not isinstance(record, Tombstone) and source is not Source.ALERTS:
-                    self._newest_ts[source] = max(self._newest_ts.get(source, record.ts), record.ts)
                 if record is not None:
                     if source is Source.SESSIONS:
                         self._apply_session(record, current, puts, counters)
@@ -191,6 +229,7 @@ class StateView:
             with self._lock:
                 self._counters = counters
                 self._positions = positions
+                self.stale_records += self._batch_stale
                 for series_id, z in z_changes.items():
                     if z is not None and abs(z) > self._z_threshold:
                         self._extremes[series_id] = z
@@ -223,9 +262,9 @@ class StateView:
         if stored is not None:
             newer = ts >= TS.unpack_from(stored)[0]
         else:
-            newer = grave is None or ts > TS.unpack(grave)[0]
+            newer = grave is None or ts > TS.unpack_from(grave)[0]
         if not newer:
-            self.stale_records += 1
+            self._batch_stale += 1
         return newer
 
     def _apply_session(self, record: Record, current: dict, puts: dict, counters: dict[str, int]) -> None:
@@ -238,7 +277,7 @@ class StateView:
             _set(current, puts, SESSION + key, None)
             if current.get(SESSION_GRAVE + key) is None:
                 counters["graves"] += 1
-            _set(current, puts, SESSION_GRAVE + key, TS.pack(ts))
+            _set(current, puts, SESSION_GRAVE + key, GRAVE.pack(ts, self._now_ms))
             counters["sessions"] -= 1
             if active:
                 puts[ACTIVE + key] = None
@@ -273,7 +312,7 @@ class StateView:
                 _set(current, puts, SERIES + key, None)
                 if current.get(SERIES_GRAVE + key) is None:
                     counters["graves"] += 1
-                _set(current, puts, SERIES_GRAVE + key, TS.pack(TS.unpack_from(stored)[0]))
+                _set(current, puts, SERIES_GRAVE + key, GRAVE.pack(TS.unpack_from(stored)[0], self._now_ms))
                 counters["series"] -= 1
             return
         assert isinstance(record, SeriesRecord)
@@ -295,9 +334,8 @@ class StateView:
         new_alerts = []
         for record in records:
             if isinstance(record, Tombstone):
-                removed = self._alerts.pop(record.key, None)
-                if removed is not None:
-                    self._alert_order.remove((removed.ts, removed.alert_id))
+                if record.key in self._alerts:
+                    self._forget_alert(record.key)
                     puts[ALERT + key_bytes(record.key)] = None
                 continue
             assert isinstance(record, AlertRecord)
@@ -314,38 +352,60 @@ class StateView:
 
     def _keep_alert(self, record: AlertRecord) -> None:
         self._alerts[record.alert_id] = record
-        self._alert_order.add((record.ts, record.alert_id))
+        key = (record.ts, record.alert_id)
+        self._alert_order.add(key)
+        for index, name in self._alert_indexes(record):
+            insort(index.setdefault(name, []), key)
+
+    def _forget_alert(self, alert_id: str) -> None:
+        record = self._alerts.pop(alert_id)
+        key = (record.ts, record.alert_id)
+        self._alert_order.remove(key)
+        for index, name in self._alert_indexes(record):
+            keys = index[name]
+            del keys[bisect_left(keys, key)]
+            if not keys:
+                del index[name]
+
+    def _alert_indexes(self, record: AlertRecord) -> tuple[tuple[dict, object], ...]:
+        return (
+            (self._by_kind, record.kind),
+            (self._by_entity, record.entity),
+            (self._by_kind_entity, (record.kind, record.entity)),
+        )
 
     def _evict_alerts(self) -> list[str]:
         evicted = []
         while len(self._alerts) > self._max_alerts:
-            _, alert_id = self._alert_order.pop(0)
-            del self._alerts[alert_id]
+            _, alert_id = self._alert_order[0]
+            self._forget_alert(alert_id)
             evicted.append(alert_id)
         return evicted
 
     def prune_graves(self, retention_ms: int) -> int:
-        """Delete the graves of keys deleted more than ``retention_ms`` (event time) before the
-        newest snapshot applied since start; returns how many. A grave refuses an older snapshot
-        arriving after the deletion (a job's replay can write one); one that old cannot come."""
+        """Delete the graves of keys deleted more than ``retention_ms`` ago by the wall clock;
+        returns how many. A grave refuses an older snapshot arriving after the deletion (a job's
+        replay can write one); one that late does not come."""
         with self._write_lock:
             if not self._counters["graves"]:
                 return 0
+            now = self._clock_ms()
             puts: dict[bytes, bytes | None] = {}
-            for prefix, source in ((SESSION_GRAVE, Source.SESSIONS), (SERIES_GRAVE, Source.SERIES)):
-                newest = self._newest_ts.get(source)
-                if newest is None:
-                    continue
+            pruned = 0
+            for prefix in (SESSION_GRAVE, SERIES_GRAVE):
                 for key, value in self._store.scan(prefix):
-                    if TS.unpack(value)[0] < newest - retention_ms:
+                    if len(value) != GRAVE.size:  # a store's grave from before deletion times: from now
+                        puts[key] = GRAVE.pack(TS.unpack(value)[0], now)
+                    elif GRAVE.unpack(value)[1] < now - retention_ms:
                         puts[key] = None
+                        pruned += 1
             if not puts:
                 return 0
-            counters = {**self._counters, "graves": self._counters["graves"] - len(puts)}
+            counters = {**self._counters, "graves": self._counters["graves"] - pruned}
             self._store.write(puts, {}, counters)
             with self._lock:
                 self._counters = counters
-            return len(puts)
+            return pruned
 
     def graves(self) -> int:
         return self._counters["graves"]
@@ -396,12 +456,21 @@ class StateView:
             return [record.body for record in matches], positions
 
     def _matching_alerts(self, kind: str | None, entity: str | None, since: int | None) -> Iterator[AlertRecord]:
-        for ts, alert_id in reversed(self._alert_order):
-            if since is not None and ts < since:
-                return
-            record = self._alerts[alert_id]
-            if (kind is None or record.kind == kind) and (entity is None or record.entity == entity):
-                yield record
+        """The matching alerts, newest first, from the index that holds exactly them."""
+        low = None if since is None else (since,)  # (since,) sorts before every (since, alert_id)
+        if kind is None and entity is None:
+            for _, alert_id in self._alert_order.irange(low, reverse=True):
+                yield self._alerts[alert_id]
+            return
+        if entity is None:
+            keys = self._by_kind.get(cast(str, kind), [])
+        elif kind is None:
+            keys = self._by_entity.get(entity, [])
+        else:
+            keys = self._by_kind_entity.get((kind, entity), [])
+        first = 0 if low is None else bisect_left(keys, low)
+        for i in range(len(keys) - 1, first - 1, -1):
+            yield self._alerts[keys[i][1]]
 
     def sizes(self) -> dict[str, int]:
         with self._lock:

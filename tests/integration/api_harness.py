@@ -135,3 +135,48 @@ def wait_until(condition, timeout_s: float = 20.0, what: str = "condition"):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+class InProcessApi:
+    """The API app served by a real uvicorn server on a thread of the test's process (the same
+    protocol and options as ``streamstate-api``), so a test can reach the parts behind the HTTP
+    answers: which thread ran something, the follower thread itself. Use as a context manager."""
+
+    SERVER_THREAD = "api-server"
+
+    def __init__(self, settings):
+        import uvicorn
+
+        from streamstate.api.app import create_app
+        from streamstate.api.timeouts import request_head_protocol
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.app = create_app(settings.model_copy(update={"api_host": "127.0.0.1", "api_port": self.port}))
+        self.context = self.app.state.context
+        protocol = request_head_protocol(settings.api_request_head_timeout_s, settings.api_max_request_head_bytes)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, loop="uvloop", http=protocol,
+            limit_concurrency=settings.api_max_connections, access_log=False, log_level="warning",
+        )
+        self.server = uvicorn.Server(config)
+        self.client = httpx.Client(base_url=self.url, timeout=10)
+
+    def __enter__(self) -> "InProcessApi":
+        import threading
+
+        self.thread = threading.Thread(target=self.server.run, name=self.SERVER_THREAD, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 30, "the in-process server to start")
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(30)
+
+    def get(self, path: str, **params) -> httpx.Response:
+        return self.client.get(path, params=params)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        wait_until(lambda: self.get("/readyz").status_code == 200, timeout_s, "the in-process API to be ready")

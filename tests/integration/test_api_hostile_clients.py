@@ -94,6 +94,61 @@ def test_a_request_head_sent_a_byte_at_a_time_is_cut_off_and_a_keep_alive_reques
             time.sleep(HEAD_TIMEOUT_S / 2)
 
 
+def _rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _send_until_closed(port: int, head_start: bytes, total: int) -> int:
+    """Send ``head_start`` then header bytes (never the head's end) until ``total`` or until the
+    server closes; returns how many bytes were sent."""
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.sendall(head_start)
+        chunk = b"a" * 65536
+        try:
+            while sent < total:
+                connection.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    return sent
+
+
+def test_a_request_head_over_the_bound_gets_431_before_any_auth_and_is_not_read_further(api_topics, start_api):
+    """Issue 51: request heads had no size limit, checked before any auth: four connections took
+    the API from 65 MB to 637 MB of RSS in 1.3 s (compose gives it 512 MB)."""
+    limit = 16_384
+    api = start_api(api_topics, api_token="t-" + "x" * 30, api_max_request_head_bytes=str(limit))
+    api.wait_listening()
+    pad = {"x-pad": "a" * (limit - 2_000)}
+    assert httpx.get(f"{api.url}/healthz", headers=pad, timeout=5).status_code == 200, "a head within the bound is served"
+    assert httpx.get(f"{api.url}/sessions", headers=pad, timeout=5).status_code == 401, "and authenticated as before"
+
+    # Over the bound, on a data path and without the token: 431 from the server itself, then closed.
+    with socket.create_connection(("127.0.0.1", api.port)) as connection:
+        connection.sendall(b"GET /sessions HTTP/1.1\r\nHost: api\r\nX-Pad: " + b"a" * (limit + 1_000))
+        connection.settimeout(10)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"connection: close" in head.lower()
+    detail = json.loads(body)["detail"]
+    assert "STREAMSTATE_API_MAX_REQUEST_HEAD_BYTES" in detail and str(limit) in detail
+
+    # The server stops reading such a head: 64 MB are not taken in, and its memory stays put.
+    before = _rss_mb(api.popen.pid)
+    total = 64 << 20
+    sent = [_send_until_closed(api.port, b"GET /sessions HTTP/1.1\r\nX-Pad: ", total) for _ in range(2)]
+    assert all(n < total for n in sent), f"the server read on: {sent} bytes sent"
+    assert _rss_mb(api.popen.pid) - before < 32, "a refused head leaves no memory behind"
+    assert httpx.get(f"{api.url}/healthz", timeout=5).status_code == 200
+
+
 _QUERY_NAMES = st.sampled_from(["limit", "active", "cursor", "LIMIT", "limit[]", ""])
 _QUERY_VALUES = st.one_of(
     st.sampled_from(["1", "3", "1000", "1001", "0", "-1", "+3", "0003", " 3", "3.0", "1e3", "٣", "²", "true",
@@ -179,3 +234,16 @@ def test_metrics_name_no_series_unless_asked_and_then_require_the_token(bootstra
     assert httpx.get(f"{asked.url}/metrics", headers={"authorization": "Bearer wrong"}, timeout=5).status_code == 401
     text = httpx.get(f"{asked.url}/metrics", headers={"authorization": f"Bearer {token}"}, timeout=5).text
     assert 'streamstate_series_zscore{series_id="wild"} -9.0' in text and "calm" not in text
+
+
+@pytest.mark.parametrize("token", ["", " ", "\t \n"])
+def test_a_blank_token_is_refused_at_start_with_a_message(api_topics, start_api, token):
+    """Issue 51: ``STREAMSTATE_API_TOKEN=""`` turned auth off silently, and ``" "`` made the fast
+    path (which wanted ``Bearer `` plus the blank) and the routes (which required no token) disagree."""
+    api = start_api(api_topics, api_token=token)
+    try:
+        code = api.popen.wait(30)
+    except Exception:
+        pytest.fail(f"the API started with a blank token:\n{api.log_tail()}")
+    assert code != 0
+    assert "STREAMSTATE_API_TOKEN" in api.log_tail() and "blank" in api.log_tail(), api.log_tail()

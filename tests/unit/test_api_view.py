@@ -23,14 +23,15 @@ IDENTITY = {"format": 1, "topics": {"sessions": "s", "series": "m", "alerts": "a
 _opened = []
 
 
-def new_view(max_alerts: int, path: Path | None = None) -> StateView:
-    """A view on a store of its own (a fresh temporary directory unless ``path`` is given)."""
+def new_view(max_alerts: int, path: Path | None = None, clock_ms=None) -> StateView:
+    """A view on a store of its own (a fresh temporary directory unless ``path`` is given);
+    ``clock_ms``: the wall clock it reads (the real one unless given)."""
     temporary = path is None
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="view-")) / "store"
     opened = open_store(path, 8, IDENTITY)
     _opened.append((opened.store, temporary))
-    return StateView(opened.store, max_alerts)
+    return StateView(opened.store, max_alerts, **({} if clock_ms is None else {"clock_ms": clock_ms}))
 
 
 def close_stores() -> None:
@@ -102,6 +103,21 @@ def test_bad_records_raise_a_one_line_reason(key, value, reason):
         decode(Source.SESSIONS, key, value)
     assert reason in caught.value.reason
     assert "\n" not in caught.value.reason
+
+
+@pytest.mark.parametrize("ts", [2**63, 2**64 + 5, -(2**63) - 1])
+@pytest.mark.parametrize("source", [Source.SESSIONS, Source.SERIES])
+def test_a_snapshot_time_the_store_cannot_hold_is_refused_as_a_bad_record(source, ts):
+    """The store keeps ``ts`` as a signed 64-bit integer (``store.TS``): a snapshot beyond it
+    passed strict validation and then failed every write of its batch, for ever."""
+    snapshot = session_snapshot("u1") if source is Source.SESSIONS else metric_snapshot("u1", 1.0)
+    value = snapshot.to_json().replace(f'"ts":{snapshot.ts}'.encode(), f'"ts":{ts}'.encode(), 1)
+    with pytest.raises(ContractError) as caught:
+        decode(source, b"u1", value)
+    assert "field 'ts'" in caught.value.reason and "64-bit" in caught.value.reason
+    edge = 2**63 - 1 if ts > 0 else -(2**63)
+    record = decode(source, b"u1", value.replace(str(ts).encode(), str(edge).encode(), 1))
+    assert record.ts == edge, "the store's own bounds are accepted"
 
 
 # ------------------------------------------------------------------------ sessions
@@ -199,6 +215,62 @@ def test_alerts_deduplicated_newest_first_and_filtered():
     assert view.positions(Source.ALERTS) == {0: 5}
 
 
+def _lines_run(call, *args):
+    """``call(*args)`` and the number of Python lines it ran, in any module: the work a query does,
+    counted without a clock (a walk over every kept alert runs lines per alert)."""
+    import sys
+
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        result = call(*args)
+    finally:
+        sys.settrace(None)
+    return result, count
+
+
+def test_an_alert_filter_costs_the_size_of_its_answer_not_of_the_log():
+    """Issue 51: ``?kind=`` and ``?entity=`` walked all 100,000 kept alerts, on the event loop and
+    holding the lock the follower needs (about 50 ms a request)."""
+    kept = 5_000
+    view = new_view(max_alerts=kept)
+    common = [alert(f"u{i % 500}", 1_000 + i) for i in range(kept - 6)]
+    rare = [alert("u-rare", 10 + i, kind="rare_kind") for i in range(3)]  # the oldest: a walk meets them last
+    other = [alert("s-odd", 20 + i, kind="anomaly") for i in range(3)]
+    feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in (*rare, *other, *common)])
+    assert view.sizes()["alerts"] == kept
+    ids = lambda bodies: [json.loads(b)["alert_id"] for b in bodies]  # noqa: E731
+    newest_first = lambda alerts: [a.alert_id for a in sorted(alerts, key=lambda a: (a.ts, a.alert_id), reverse=True)]  # noqa: E731
+    queries = {
+        ("rare_kind", None, None, 100): newest_first(rare),
+        (None, "u-rare", None, 100): newest_first(rare),
+        ("rare_kind", "u-rare", None, 100): newest_first(rare),
+        ("anomaly", "u-rare", None, 100): [],
+        ("bot_burst", "u7", None, 2): newest_first([a for a in common if a.entity == "u7"])[:2],
+        ("nothing", None, None, 100): [],
+        (None, None, 1_000 + kept - 10, 100): newest_first([a for a in common if a.ts >= 1_000 + kept - 10]),
+        ("rare_kind", None, 11, 100): newest_first(rare[1:]),
+    }
+    for (kind, entity, since, limit), expected in queries.items():
+        (bodies, _), lines = _lines_run(view.alerts, kind, entity, since, limit)
+        assert ids(bodies) == expected, (kind, entity, since)
+        assert lines < 40 * (len(expected) + 5), f"{kind=} {entity=} {since=}: {lines} lines for {len(expected)} alerts"
+    # The indexes follow evictions and tombstones.
+    newer = [alert("u-rare", 100_000 + i, kind="rare_kind") for i in range(2)]
+    feed(view, Source.ALERTS, *[(a.alert_id, a.to_json()) for a in newer])  # evicts the two oldest (rare ones)
+    assert ids(view.alerts("rare_kind", None, None, 100)[0]) == newest_first([*newer, rare[2]])
+    feed(view, Source.ALERTS, (newer[0].alert_id, None))
+    assert ids(view.alerts(None, "u-rare", None, 100)[0]) == newest_first([newer[1], rare[2]])
+    assert ids(view.alerts("rare_kind", "u-rare", None, 100)[0]) == newest_first([newer[1], rare[2]])
+
+
 def test_alert_log_keeps_the_newest_max_alerts():
     view = new_view(max_alerts=3)
     alerts = [alert(f"u{i}", ts) for i, ts in enumerate([50, 10, 40, 30, 20])]
@@ -287,21 +359,54 @@ def test_a_tombstone_deletes_and_an_older_copy_arriving_later_stays_deleted():
     assert walk(view, 10) == ["u1"] and view.sizes()["sessions"] == 1
 
 
-def test_graves_are_forgotten_once_the_newest_snapshot_is_past_their_retention():
-    view = new_view(max_alerts=3)
+def test_graves_are_forgotten_once_their_deletion_is_older_than_the_retention_by_the_wall_clock():
+    now = [1_000_000]
+    view = new_view(max_alerts=3, clock_ms=lambda: now[0])
     feed(view, Source.SESSIONS, *[(u, session_snapshot(u, ts=1_000).to_json()) for u in ("old", "recent")])
     feed(view, Source.SESSIONS, ("old", None))
-    feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=5_000).to_json()), ("recent", None))
     feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 1.0).to_json()), ("cpu", None))  # ts 5
+    now[0] += 5_000
+    feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=5_000).to_json()), ("recent", None))
     assert view.graves() == 3
-    feed(view, Source.SESSIONS, ("other", session_snapshot("other", ts=11_000).to_json()))
-    assert view.prune_graves(retention_ms=6_000) == 1, "old's grave (1,000) is behind 11,000 - 6,000; recent's (5,000) is not"
-    assert view.graves() == 2 and view.sizes()["sessions"] == 1
+    now[0] += 2_000
+    assert view.prune_graves(retention_ms=6_000) == 2, "old's and cpu's graves are 7 s old; recent's 2 s"
+    assert view.graves() == 1 and view.sizes()["sessions"] == 0
     feed(view, Source.SESSIONS, ("recent", session_snapshot("recent", ts=4_000).to_json()))
     assert view.session("recent")[0] is None, "a kept grave still refuses an older copy"
     feed(view, Source.SESSIONS, ("old", session_snapshot("old", ts=900).to_json()))
     assert view.session("old")[0].ts == 900, "a forgotten key takes any snapshot again"
-    assert view.prune_graves(retention_ms=6_000) == 0, "the series' grave waits for a newer series snapshot"
+    assert view.prune_graves(retention_ms=6_000) == 0
+
+
+def test_a_grave_of_a_store_written_before_deletion_times_is_kept_a_retention_from_the_first_pruning(tmp_path):
+    from streamstate.api.store import SESSION_GRAVE, TS
+
+    now = [1_000_000]
+    view = new_view(max_alerts=3, path=tmp_path / "store", clock_ms=lambda: now[0])
+    view._store.write({SESSION_GRAVE + b"gone": TS.pack(2_000)}, {}, {"graves": 1})  # as the previous version wrote it
+    close_stores()
+    view = new_view(max_alerts=3, path=tmp_path / "store", clock_ms=lambda: now[0])
+    assert view.prune_graves(retention_ms=6_000) == 0 and view.graves() == 1
+    feed(view, Source.SESSIONS, ("gone", session_snapshot("gone", ts=1_500).to_json()))
+    assert view.session("gone")[0] is None, "the old grave still refuses an older copy"
+    now[0] += 7_000
+    assert view.prune_graves(retention_ms=6_000) == 1 and view.graves() == 0
+
+
+def test_a_far_future_snapshot_does_not_bring_back_an_older_copy_of_a_deleted_user():
+    """Issue 51: graves were pruned behind the newest snapshot time seen, so one snapshot stamped
+    in the year 9999 pruned every grave, after which an older copy of a deleted user was served."""
+    view = new_view(max_alerts=3)
+    feed(view, Source.SESSIONS, ("gone", session_snapshot("gone", ts=2_000).to_json()), ("gone", None))
+    feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 1.0).to_json()), ("cpu", None))
+    year_9999 = 253_402_300_799_999
+    feed(view, Source.SESSIONS, ("future", session_snapshot("future", ts=year_9999).to_json()))
+    feed(view, Source.SERIES, ("far", metric_snapshot("far", 1.0).model_copy(update={"ts": year_9999}).to_json()))
+    assert view.prune_graves(retention_ms=7 * 24 * 3_600_000) == 0
+    feed(view, Source.SESSIONS, ("gone", session_snapshot("gone", ts=1_500).to_json()))
+    feed(view, Source.SERIES, ("cpu", metric_snapshot("cpu", 9.0).model_copy(update={"ts": 4}).to_json()))
+    assert view.session("gone")[0] is None and view.series("cpu")[0] is None
+    assert view.graves() == 2
 
 
 def test_series_follow_the_same_event_time_rule():

@@ -1,4 +1,5 @@
-"""Operations: liveness, readiness (with how far a rebuild is) and Prometheus metrics.
+"""Operations: liveness (the process and its view follower), readiness (with how far a
+rebuild is, or why the follower is stuck) and Prometheus metrics.
 Open also when the data endpoints require a token (probes and scrapers carry none), except
 /metrics when the operator has it publish series ids: then it names data, and asks for the
 token like the data endpoints."""
@@ -13,14 +14,23 @@ from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamstate.api.deps import ContextDep, require_token
-from streamstate.api.models import Health, ReadinessReport
+from streamstate.api.models import Health, Problem, ReadinessReport
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Health, summary="Liveness: the process answers.")
-async def healthz() -> Health:
-    return Health(status="ok")
+@router.get(
+    "/healthz",
+    response_model=Health,
+    summary="Liveness: the process answers and its view follower runs.",
+    responses={503: {"model": Problem, "description": "The view follower thread has stopped: restart the API."}},
+)
+async def healthz(api: ContextDep) -> Response:
+    # A follower thread that ended never comes back: only a restart makes the view follow again.
+    stopped = api.follower.stopped()
+    if stopped is not None:
+        return JSONResponse({"detail": stopped}, status_code=503)
+    return JSONResponse(Health(status="ok").model_dump())
 
 
 @router.get(
