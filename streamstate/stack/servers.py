@@ -168,7 +168,8 @@ class S3Credentials:
         raise CredentialsDamaged(
             f"the object store's credentials file {path} is damaged ({why}): a write of it was cut "
             f"short or it was edited. Delete it and start again: a new one is made (MinIO's data "
-            f"beside it is kept); or write the two lines yourself, the user then the password."
+            f"beside it is kept); or write the two lines yourself, the user then the password, each "
+            f"ending in a newline (a last line without one reads as cut)."
         )
 
     def env(self) -> dict[str, str]:
