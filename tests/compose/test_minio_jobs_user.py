@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -60,7 +61,21 @@ def run_init(stack: EmbeddedStack, secrets_dir: Path) -> subprocess.CompletedPro
         "MINIO_JOBS_PASSWORD_FILE": str(jobs_password),
     }
     assert set(declared) - {"MINIO_ENDPOINT"} <= set(environment), "the test gives the script what compose gives it"
-    return subprocess.run(["sh", str(INIT_SCRIPT)], env=environment, capture_output=True, text=True, timeout=120)
+    # Through a Python of its own that reports the peak RSS of the script's processes (mc's):
+    # compose's mem_limit must hold it, or the kernel kills minio-init (exit 137).
+    measured = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
+    return subprocess.run([sys.executable, "-c", measured, "sh", str(INIT_SCRIPT)], env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+
+def peak_kib(result: subprocess.CompletedProcess) -> int:
+    return int(result.stderr.strip().splitlines()[-1])
+
+
+def mem_limit_kib(service: str) -> int:
+    limit = str(compose()["services"][service]["mem_limit"])
+    return int(limit[:-1]) * {"k": 1, "m": 1024, "g": 1024 * 1024}[limit[-1].lower()]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +87,8 @@ def jobs_store(minio, tmp_path_factory) -> S3:
     for attempt in ("first start", "a restart: compose runs the init on every `up`"):
         result = run_init(minio, secrets_dir)
         assert result.returncode == 0, f"{attempt}: {result.stdout}{result.stderr}"
+        # A quarter left for what a container adds (the shell, the page cache of mc's binary).
+        assert peak_kib(result) < 0.75 * mem_limit_kib("minio-init"), f"{attempt}: mc peaked at {peak_kib(result)} KiB"
     password = next(secrets_dir.rglob(SECRETS["MINIO_JOBS_PASSWORD"])).read_text()
     return S3(minio.minio.endpoint, JOBS_USER, password)
 
