@@ -24,7 +24,7 @@ from streamstate.errors import ConfigurationError
 VERSIONS_FILE = REPO_ROOT / "infra" / "versions.env"
 SCRIPTS = REPO_ROOT / "infra" / "deps"
 DEPS_DIR = REPO_ROOT / ".deps"  # infra/deps/common.sh installs here
-COMPONENTS = ("spark-jars", "kafka", "minio", "checkpoint-io")
+COMPONENTS = ("spark-jars", "kafka", "minio", "checkpoint-io", "mc")
 CHECKPOINT_IO_JAR = "streamstate-checkpoint-io.jar"
 
 
@@ -53,6 +53,7 @@ def _install_dir(component: str) -> Path:
         "kafka": f"kafka-{v['KAFKA_VERSION']}",
         "minio": f"minio-{v['MINIO_RELEASE']}",
         "checkpoint-io": f"checkpoint-io-{v['SPARK_VERSION']}",
+        "mc": f"mc-{v['MC_RELEASE']}",
     }[component]
     return DEPS_DIR / name
 
@@ -110,3 +111,9 @@ def kafka_classpath() -> str:
 def minio_binary() -> Path:
     """The MinIO server binary, built on demand."""
     return ensure("minio") / "minio"
+
+
+def mc_binary() -> Path:
+    """MinIO's client, built on demand: compose's one-shot MinIO init runs it
+    (infra/minio/create-bucket.sh), and the tests run that script natively with it."""
+    return ensure("mc") / "mc"

@@ -48,11 +48,31 @@ def ephemeral_port_range() -> range:
     return range(low, high + 1)
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server can bind ``port`` now: nothing listens on it.
+
+    Probed as the servers bind, with SO_REUSEADDR (Kafka's JVM, uvicorn, Prometheus and MinIO
+    all set it): a port whose only sockets are connections in TIME_WAIT counts as free. After
+    a crash (SIGKILL) the kernel closes a server's connections from its side, which leaves
+    them in TIME_WAIT on its port for about a minute; a plain bind is refused meanwhile, and
+    `streamstate up` then moved the broker to another port, where a client configured with
+    the old address no longer found it. A live listener still makes the port busy."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 now, for a server about to start, outside the ephemeral range:
     a port from that range (what binding to port 0 gives) can be taken by any connection opened
     meanwhile, and a broker's JVM takes seconds to bind (one then failed with "Address already
-    in use"). Port 0's answer only where the whole candidate range is ephemeral."""
+    in use"). Port 0's answer only where the whole candidate range is ephemeral. A fresh choice
+    is probed with a plain bind, stricter than :func:`port_free`: it skips ports in TIME_WAIT
+    too, which costs nothing here and suits a server (or test) that binds without SO_REUSEADDR."""
     ephemeral = ephemeral_port_range()
     candidates = [port for port in _PORTS_BELOW_EPHEMERAL if port not in ephemeral]
     for port in _PORT_CHOICE.sample(candidates, min(len(candidates), 200)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streamstate.files import write_atomic
 from streamstate.jobs.registry import JOBS
 from streamstate.settings import REPO_ROOT, Settings
 
@@ -82,8 +83,8 @@ def render_embedded_prometheus_config(settings: Settings, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Rendered by streamstate.stack.observability for the embedded stack; do not edit.\n"
-    path.write_text(
-        prometheus_config(embedded_targets(settings), settings.prometheus_scrape_interval, header, str(ALERT_RULES_PATH))
+    write_atomic(
+        path, prometheus_config(embedded_targets(settings), settings.prometheus_scrape_interval, header, str(ALERT_RULES_PATH))
     )
     return path
 
@@ -100,7 +101,7 @@ def render_compose_prometheus_config() -> str:
 
 def main() -> None:
     """Regenerate infra/prometheus/prometheus.yml."""
-    COMPOSE_CONFIG_PATH.write_text(render_compose_prometheus_config())
+    write_atomic(COMPOSE_CONFIG_PATH, render_compose_prometheus_config())
     print(f"wrote {COMPOSE_CONFIG_PATH}")
 
 

@@ -16,7 +16,6 @@ stopping is the launcher's.
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 import subprocess
 import time
@@ -26,6 +25,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamstate.errors import StackError
+from streamstate.files import write_atomic
 from streamstate.stack import binaries
 
 KAFKA_HEAP = "512m"
@@ -86,8 +87,9 @@ class KafkaBroker:
         """server.properties and log4j.properties in ``home`` (rewritten each start: ports may change)."""
         self.home.mkdir(parents=True, exist_ok=True)
         config, log4j = self.home / "server.properties", self.home / "log4j.properties"
-        config.write_text(self.properties())
-        log4j.write_text(_KAFKA_LOG4J)
+        # Atomically: a launcher killed here must not leave a cut config for the next start.
+        write_atomic(config, self.properties())
+        write_atomic(log4j, _KAFKA_LOG4J)
         return config, log4j
 
     def java(self, main: str, *args: str) -> list[str]:
@@ -161,6 +163,15 @@ def cluster_nodes(home: Path, ports: list[tuple[int, int]], heap: str = KAFKA_HE
     ]
 
 
+# MinIO refuses a root user shorter than 3 characters and a root password shorter than 8; a
+# generated password is 32 characters (secrets.token_urlsafe(24)).
+_MIN_ACCESS_KEY, _MIN_SECRET_KEY = 3, 8
+
+
+class CredentialsDamaged(StackError, ValueError):
+    """The object store's credentials file does not hold what the launcher wrote there."""
+
+
 @dataclass(frozen=True)
 class S3Credentials:
     access_key: str
@@ -168,15 +179,38 @@ class S3Credentials:
 
     @classmethod
     def for_home(cls, home: Path) -> "S3Credentials":
-        """The object store's root credentials, made once per data directory (mode 0600), never a shared default."""
+        """The object store's root credentials, made once per data directory (mode 0600), never a shared default.
+
+        Made atomically and only if absent (:func:`streamstate.files.write_atomic`), so a
+        launcher killed while making them leaves no file or a whole one. A file that is not
+        whole anyway (empty, cut, edited) is refused by name, never read as a short secret."""
         path = home / "credentials"
         if not path.is_file():
             home.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(f"streamstate\n{secrets.token_urlsafe(24)}\n")
-        user, password = path.read_text().split()
-        return cls(user, password)
+            write_atomic(path, f"streamstate\n{secrets.token_urlsafe(24)}\n", mode=0o600, exclusive=True)
+        return cls.parse(path.read_text(errors="replace"), path)
+
+    @classmethod
+    def parse(cls, text: str, path: Path) -> "S3Credentials":
+        """The two lines :meth:`for_home` writes (user, password, each ending in a newline), or
+        :class:`CredentialsDamaged` naming ``path`` and the remedy. The secret is never shown."""
+        lines = text.split("\n")
+        if not text:
+            why = "it is empty"
+        elif len(lines) != 3 or lines[2] != "":
+            why = f"it holds {len(lines) - 1} complete line(s) and {len(lines[-1])} character(s) after them, not 2 lines"
+        elif len(lines[0].strip()) < _MIN_ACCESS_KEY or lines[0] != lines[0].strip():
+            why = f"its user (line 1) is not a name of {_MIN_ACCESS_KEY} or more characters"
+        elif len(lines[1].strip()) < _MIN_SECRET_KEY or lines[1] != lines[1].strip():
+            why = f"its password (line 2) has {len(lines[1].strip())} characters; MinIO needs {_MIN_SECRET_KEY} or more"
+        else:
+            return cls(lines[0], lines[1])
+        raise CredentialsDamaged(
+            f"the object store's credentials file {path} is damaged ({why}): a write of it was cut "
+            f"short or it was edited. Delete it and start again: a new one is made (MinIO's data "
+            f"beside it is kept); or write the two lines yourself, the user then the password, each "
+            f"ending in a newline (a last line without one reads as cut)."
+        )
 
     def env(self) -> dict[str, str]:
         """As S3A reads them (and the AWS SDKs): the jobs get these variables."""

@@ -8,17 +8,18 @@ seconds (alerts, sessions and series seen by the API) so it is visible that data
 Ctrl-C or SIGTERM stops every process it started.
 
 The broker listens where ``bootstrap_servers`` says (``127.0.0.1:9092`` by default; another
-free port when that one is busy, and the output says so). A second run resumes: Kafka keeps
-its data in ``var/kafka`` (and MinIO in ``var/minio``), so the jobs go on from their
-checkpoints and nothing is processed twice or skipped. With ``var/kafka`` deleted the run
-starts over, moving the old local checkpoints aside. The start-up output says which.
+free port when something listens on that one, and the output says so; a port that only holds
+connections in TIME_WAIT, as right after a crash, is kept: the broker binds it all the same,
+:func:`~streamstate.stack.launcher.port_free`). A second run resumes: Kafka keeps its data
+in ``var/kafka`` (and MinIO in ``var/minio``), so the jobs go on from their checkpoints and
+nothing is processed twice or skipped. With ``var/kafka`` deleted the run starts over,
+moving the old local checkpoints aside. The start-up output says which.
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -26,26 +27,17 @@ import urllib.request
 from streamstate.jobs.registry import JOBS
 from streamstate.stack.profiles import EMBEDDED, Profile
 from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack, free_port
+from streamstate.stack.launcher import EmbeddedStack, free_port, port_free
 from streamstate.topics import load_topics
 
 STATUS_EVERY_S = 10.0
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def broker_port(settings: Settings) -> int:
     """The port ``bootstrap_servers`` names for the local broker, or a free one when it is busy (said)."""
     _, _, text = settings.bootstrap_servers.split(",")[0].rpartition(":")
     port = int(text) if text.isdigit() else 9092
-    if _port_free(port):
+    if port_free(port):
         return port
     moved = free_port()
     print(f"[streamstate] port {port} (bootstrap_servers) is busy; the broker listens on {moved}", flush=True)
@@ -57,7 +49,7 @@ def _free_ports(settings: Settings) -> Settings:
     moved = {}
     for field in ("api_port", *(spec.metrics_port for spec in JOBS.values() if spec.metrics_port), "prometheus_port"):
         port = getattr(settings, field)
-        if port and not _port_free(port):
+        if port and not port_free(port):
             moved[field] = free_port()
             print(f"[streamstate] port {port} ({field}) is busy; using {moved[field]}", flush=True)
     return settings.model_copy(update=moved)

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamstate.files import write_atomic
 from streamstate.stack.binaries import versions
 from streamstate.settings import REPO_ROOT
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             print(f"stale: {name} (run `make versions`)")
         else:
-            path.write_text(render(path, path.read_text()))
+            write_atomic(path, render(path, path.read_text()), mode=path.stat().st_mode & 0o777)
             print(f"updated {name} from infra/versions.env")
     return 1 if args.check and outdated else 0
 

@@ -18,9 +18,19 @@ from streamstate.settings import REPO_ROOT
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / ".env.example"
 # The stack's secrets: the variable .env may set and the file the `secrets` service writes
-# into the `secrets` volume (generated when the variable is empty).
-SECRETS = {"MINIO_ROOT_PASSWORD": "minio-root-password", "GRAFANA_ADMIN_PASSWORD": "grafana-admin-password",
-           "API_TOKEN": "api-token"}
+# (generated when the variable is empty), each into the volume of the services that read it.
+SECRETS = {"MINIO_ROOT_PASSWORD": "minio-root-password", "MINIO_JOBS_PASSWORD": "minio-jobs-password",
+           "GRAFANA_ADMIN_PASSWORD": "grafana-admin-password", "API_TOKEN": "api-token"}
+# Least privilege: the services that may read each secret, and no other. The jobs have their
+# own MinIO user, limited to the checkpoint bucket; only MinIO and its one-shot init (which
+# creates that user) hold the root password.
+SECRET_READERS = {
+    "minio-root-password": {"minio", "minio-init"},
+    "minio-jobs-password": {"minio-init", "sessions-job", "anomalies-job"},
+    "api-token": {"api"},
+    "grafana-admin-password": {"grafana"},
+}
+# Where a service finds its secrets (the *_FILE variables name files below it).
 SECRETS_DIR = "/run/secrets"
 GENERATE_SECRETS = REPO_ROOT / "infra" / "secrets" / "generate.sh"
 FILE_ENV = REPO_ROOT / "infra" / "docker" / "file-env.sh"

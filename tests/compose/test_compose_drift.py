@@ -57,8 +57,8 @@ JOB_DIFFERENCES = {
     "STREAMSTATE_CORES_MAX": "sizing on the compose cluster, where two jobs share two workers",
     "STREAMSTATE_EXECUTOR_CORES": "sizing on the compose cluster",
     "STREAMSTATE_METRICS_HOST": "Prometheus scrapes the jobs across the compose network (ports not published); natively on loopback",
-    "AWS_ACCESS_KEY_ID": "the object store's user: from .env or its default in compose, made per data directory natively",
-    "AWS_SECRET_ACCESS_KEY_FILE": "the object store's password: a generated secret's file in compose, made per data directory natively",
+    "AWS_ACCESS_KEY_ID": "the object store's user: in compose the jobs' own, limited to the checkpoint bucket; natively the root user made per data directory",
+    "AWS_SECRET_ACCESS_KEY_FILE": "its password: a generated secret's file in compose, made per data directory natively",
 }
 API_DIFFERENCES = {
     "STREAMSTATE_BOOTSTRAP_SERVERS": JOB_DIFFERENCES["STREAMSTATE_BOOTSTRAP_SERVERS"],

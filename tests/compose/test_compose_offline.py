@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -22,6 +22,7 @@ from tests.compose.compose_files import (
     FILE_ENV,
     GENERATE_SECRETS,
     LOCAL_IMAGES_FILE,
+    SECRET_READERS,
     SECRETS,
     SECRETS_DIR,
     VARIABLE,
@@ -87,8 +88,7 @@ def test_services_read_secrets_from_the_generated_files_only():
         environment = service.get("environment") or {}
         for key, value in environment.items():
             if key.endswith("_FILE") and str(value).startswith(SECRETS_DIR):
-                assert str(value).removeprefix(SECRETS_DIR + "/") in SECRETS.values(), f"{name}: {key}={value}"
-                assert f"secrets:{SECRETS_DIR}:ro" in service["volumes"], f"{name} reads {value} without the volume"
+                assert PurePosixPath(str(value)).name in SECRETS.values(), f"{name}: {key}={value}"
                 # Directly, or through a dependency that waits for it (minio-init waits for minio).
                 dependencies = service["depends_on"]
                 assert "secrets" in dependencies or any("secrets" in SERVICES[d]["depends_on"] for d in dependencies), name
@@ -100,7 +100,8 @@ def run_generate(directory: Path, **given: str) -> dict[str, str]:
     environment = {"PATH": os.environ["PATH"], "SECRETS_DIR": str(directory), **given}
     result = subprocess.run(["sh", str(GENERATE_SECRETS)], env=environment, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
-    return {name: (directory / file).read_text() for name, file in SECRETS.items()}
+    written = {path.name: path for path in directory.rglob("*") if path.is_file()}
+    return {name: written[file].read_text() for name, file in SECRETS.items()}
 
 
 def test_the_secrets_service_generates_random_secrets_once_and_keeps_them(tmp_path):
@@ -110,15 +111,91 @@ def test_the_secrets_service_generates_random_secrets_once_and_keeps_them(tmp_pa
         assert re.fullmatch(r"[A-Za-z0-9_-]{43}", value), value
     assert run_generate(tmp_path) == first, "a restart keeps the generated secrets"
     assert run_generate(tmp_path / "other") != first, "another stack gets other secrets"
-    modes = {oct((tmp_path / file).stat().st_mode & 0o777) for file in SECRETS.values()}
-    assert modes == {"0o444"}, modes
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert not list(tmp_path.rglob(".*.tmp"))
 
 
 def test_the_secrets_service_writes_a_value_set_in_dot_env(tmp_path):
     run_generate(tmp_path)
     written = run_generate(tmp_path, API_TOKEN="my-own-token-0123456789")
     assert written["API_TOKEN"] == "my-own-token-0123456789"
+
+
+def _mounts(service: dict) -> list[tuple[str, str, bool]]:
+    """(source, target, read-only) of each of a rendered service's volumes, short or long syntax."""
+    found = []
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            parts = volume.split(":")
+            found.append((parts[0], parts[1], len(parts) > 2 and "ro" in parts[2].split(",")))
+        else:
+            found.append((volume.get("source", ""), volume["target"], bool(volume.get("read_only"))))
+    return found
+
+
+def test_each_service_mounts_only_the_secrets_it_needs_read_only(tmp_path):
+    # As compose runs it (`docker-compose config`), against the files the generator really writes.
+    services = yaml.safe_load(docker_compose_config().stdout)["services"]
+    run_generate(tmp_path)
+    volume_files = {}
+    for source, target, _ in _mounts(services["secrets"]):
+        below = PurePosixPath(target).relative_to(SECRETS_DIR)
+        volume_files[source] = sorted(path.name for path in (tmp_path / below).iterdir() if path.is_file())
+    held = sorted(file for files in volume_files.values() for file in files)
+    assert held == sorted(SECRETS.values()), f"each secret in exactly one of the secrets' volumes: {volume_files}"
+    reached: dict[str, dict[str, str]] = {}  # service -> {secret file: its path in the container}
+    for name, service in services.items():
+        if name == "secrets":
+            continue
+        for source, target, read_only in _mounts(service):
+            if source in volume_files:
+                assert read_only, f"{name} mounts the secrets' volume {source} writable"
+                reached.setdefault(name, {}).update({file: f"{target}/{file}" for file in volume_files[source]})
+    readers = {file: {name for name, files in reached.items() if file in files} for file in SECRETS.values()}
+    assert readers == SECRET_READERS
+    for name, service in services.items():
+        for key, value in (service.get("environment") or {}).items():
+            if key.endswith("_FILE") and str(value).startswith(SECRETS_DIR + "/") and name != "secrets":
+                assert str(value) in reached.get(name, {}).values(), f"{name}: {key}={value} is not mounted there"
+
+
+def _image_uid(dockerfile: Path) -> int:
+    match = re.search(r"useradd [^&]*--uid (\d+)", Dockerfile.read(dockerfile).run_text())
+    assert match, f"{dockerfile}: no useradd --uid"
+    return int(match[1])
+
+
+# The user each reader runs as: root in MinIO's images, the project's user in its images,
+# uid 472 in Grafana's official image.
+SECRET_OWNERS = {
+    "minio-root-password": 0,
+    "minio-jobs-password": _image_uid(REPO_ROOT / "spark-jobs" / "Dockerfile"),
+    "api-token": _image_uid(REPO_ROOT / "services" / "Dockerfile"),
+    "grafana-admin-password": 472,
+}
+
+
+def test_each_secret_is_readable_by_its_readers_user_only(tmp_path):
+    run_generate(tmp_path)
+    for path in tmp_path.rglob("*"):
+        mode = path.stat().st_mode & 0o777
+        if path.is_dir():
+            assert mode == 0o700, f"{path}: {oct(mode)}"
+        else:
+            assert mode == 0o400, f"{path}: {oct(mode)}: not world-readable, not writable"
+            if os.geteuid() == 0:  # chown needs root, as the `secrets` service runs
+                assert path.stat().st_uid == SECRET_OWNERS[path.name], path
+                assert path.parent.stat().st_uid == SECRET_OWNERS[path.name], path.parent
+
+
+def test_the_jobs_use_their_own_minio_user_not_the_root_account():
+    jobs_user = "${MINIO_JOBS_USER:-streamstate-jobs}"
+    for job in (spec.service for spec in JOBS.values()):
+        environment = SERVICES[job]["environment"]
+        assert environment["AWS_ACCESS_KEY_ID"] == jobs_user, job
+        assert environment["AWS_SECRET_ACCESS_KEY_FILE"] == f"{SECRETS_DIR}/{SECRETS['MINIO_JOBS_PASSWORD']}", job
+    init = SERVICES["minio-init"]["environment"]
+    assert init["MINIO_JOBS_USER"] == jobs_user
+    assert compose_defaults()["MINIO_JOBS_USER"] != compose_defaults()["MINIO_ROOT_USER"]
 
 
 def test_the_images_entry_point_reads_file_variables(tmp_path):

@@ -40,7 +40,7 @@ import yaml
 from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
 from streamstate.settings import REPO_ROOT, Settings
 from streamstate.stack.launcher import free_port
-from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRETS, compose, compose_defaults
+from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRET_READERS, SECRETS, compose, compose_defaults
 
 PROJECT = "streamstate-compose-test"
 JVM_OPTIONS_FILE = Path(__file__).with_name("jvm-options.override.yml")
@@ -335,6 +335,13 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     for job in ("sessions", "anomalies"):
         for part in ("offsets", "commits", "state"):
             assert f"{job}/{part}/" in listing, f"no {part} of {job} in s3a://{bucket}/checkpoints:\n{listing[:2000]}"
+    # ...by the jobs' own MinIO user, the only S3 credentials they hold: each running service
+    # sees the secrets it needs and no other, 0400 and its own user's.
+    for service in ("minio", "sessions-job", "anomalies-job", "api"):
+        expected = sorted(file for file, readers in SECRET_READERS.items() if service in readers)
+        found = stack.cli("exec", "-T", service, "sh", "-c", "cd /run/secrets && stat -c '%n %a %u' *").split("\n")
+        whose = stack.cli("exec", "-T", service, "id", "-u").strip()
+        assert sorted(filter(None, found)) == [f"{file} 400 {whose}" for file in expected], f"{service}: {found}"
     # ...written through spark-jobs/jvm/'s manager, one PUT a file (a class Spark could not load would have failed the jobs).
     defaults = stack.cli("exec", "-T", "sessions-job", "sh", "-c",
                          'ls "$SPARK_HOME/jars/streamstate-checkpoint-io.jar" && cat "$SPARK_HOME/conf/spark-defaults.conf"')

@@ -1,14 +1,22 @@
-"""The embedded stack launcher: topics as defined, and no process left behind."""
+"""The embedded stack launcher: topics as defined, no process left behind, and a broker
+restarted after a crash on the port it had."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
+
+from streamstate.settings import Settings
 from streamstate.stack.launcher import EmbeddedStack, pid_alive
+from streamstate.stack.up import broker_port
 from streamstate.topics import existing_topics, load_topics
 
 
@@ -56,3 +64,47 @@ def test_a_killed_launcher_takes_its_children_with_it(tmp_path):
     while pid_alive(broker_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(broker_pid)
+
+
+def _time_wait_on(port: int) -> bool:
+    """Whether a connection on local port ``port`` is in TIME_WAIT (state 06 of /proc/net/tcp;
+    tcp6 too: the JVM's sockets are IPv6 ones, 127.0.0.1 as ::ffff:127.0.0.1)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "06":
+                return True
+    return False
+
+
+def _api_versions(client: socket.socket) -> None:
+    """One Kafka request (ApiVersions v0) and its whole response."""
+    body = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+    client.sendall(struct.pack(">i", len(body)) + body)
+    (size,) = struct.unpack(">i", client.recv(4, socket.MSG_WAITALL))
+    assert len(client.recv(size, socket.MSG_WAITALL)) == size
+
+
+def test_a_broker_restarted_after_a_sigkill_keeps_its_port(tmp_path):
+    """A crash leaves the broker's port in TIME_WAIT; `streamstate up` keeps the port (as
+    bootstrap_servers names it) and the broker, which binds with SO_REUSEADDR, starts on it."""
+    first = EmbeddedStack(workdir=tmp_path, quiet=True)
+    first.start_broker()
+    port = first.kafka.port
+    client = socket.create_connection(("127.0.0.1", port))
+    _api_versions(client)  # accepted and answered: the kill then closes it with a FIN, not a reset
+    first.kill_broker()
+    assert client.recv(1) == b"", "the kernel closed the killed broker's side"
+    client.close()  # the broker's side, which closed first, is now in TIME_WAIT
+    assert _time_wait_on(port)
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # what the old probe saw: busy
+    first.stop()
+
+    settings = Settings(bootstrap_servers=f"127.0.0.1:{port}")
+    assert broker_port(settings) == port
+    again = EmbeddedStack(settings=settings, workdir=tmp_path, quiet=True)
+    try:
+        assert again.start_broker(broker_port(settings)) == f"127.0.0.1:{port}"
+    finally:
+        again.stop()
