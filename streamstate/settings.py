@@ -54,6 +54,14 @@ class Settings(BaseSettings):
         "each record once. auto: on where the broker runs transactions, else at least once with a warning; on: a "
         "broker without them stops the job; off: at least once. See README, Delivery guarantees.",
     )
+    output_transaction_timeout_ms: int = Field(
+        180_000,
+        ge=1_000,
+        description="transaction.timeout.ms of the jobs' output transactions: the broker aborts a transaction open "
+        "longer, and holds read_committed consumers back at most this long behind one a killed job left open. At most "
+        "the broker's transaction.max.timeout.ms (15 minutes unless set); a record's delivery timeout is two thirds of it "
+        "(at most 2 minutes). See README, Delivery guarantees.",
+    )
     topic_user_events: str = "user-events"
     topic_metrics: str = "metrics"
     topic_alerts: str = "alerts"

@@ -68,14 +68,13 @@ WRITER_TUNING = {
     # shorter than it delays the batch, and a longer one fails the task.
     "message.timeout.ms": 120_000,
 }
-FLUSH_TIMEOUT_S = 150.0  # past message.timeout.ms: every record has its outcome by then
+FLUSH_MARGIN_S = 30.0  # past message.timeout.ms: every record has its outcome by then
 # A transaction left open by a killed task blocks read_committed consumers of its partitions
-# until its id is used again (the job's restart) or the broker aborts it after this; it must
-# cover message.timeout.ms (librdkafka refuses less) and stay under the broker's
-# transaction.max.timeout.ms (15 minutes by default).
-TRANSACTION_TIMEOUT_MS = 180_000
+# until its id is used again (the job's restart) or the broker aborts it after
+# Settings.output_transaction_timeout_ms; it must cover message.timeout.ms (librdkafka refuses
+# less) and stay under the broker's transaction.max.timeout.ms (15 minutes by default). A test
+# scales it down, and the records' delivery timeout with it (:func:`transaction_timeouts`).
 TRANSACTIONAL_TUNING = {
-    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
     # A task's new producer connects at once to every broker its first metadata names. With
     # sparse connections (librdkafka's default) it drops its bootstrap connection on learning the
     # brokers, connects to none, and finds no broker to ask for its producer id until its
@@ -181,7 +180,8 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
 
     With ``transactions`` each task writes its rows in one Kafka transaction and a task of a
     batch that had committed writes nothing again (its rows are still counted in the summary)."""
-    config = producer_config(settings, **{key.replace(".", "__"): value for key, value in WRITER_TUNING.items()})
+    tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
+    config = producer_config(settings, **{key.replace(".", "__"): value for key, value in tuning.items()})
     group_config = connection(settings)
     plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds)  # a plain dict pickles
 
@@ -206,6 +206,17 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
     summary.rows = list(merged.values())
     return summary
 
+
+
+def transaction_timeouts(settings: Any) -> dict[str, int]:
+    """The transactional producers' ``transaction.timeout.ms`` and a record's delivery timeout
+    within it: librdkafka refuses a message.timeout.ms above the transaction's, and a record
+    still retried when the broker aborts its transaction would be retried for nothing."""
+    timeout_ms = int(settings.output_transaction_timeout_ms)
+    return {
+        "transaction.timeout.ms": timeout_ms,
+        "message.timeout.ms": min(int(WRITER_TUNING["message.timeout.ms"]), timeout_ms * 2 // 3),
+    }
 
 
 Group = tuple[str, str | None, str | None, str | None]  # kind, alert kind, dead-letter stage, counter
@@ -262,11 +273,11 @@ class _Delivery:
         if len(self.first_errors) < 3:
             self.first_errors.append(f"{message.topic()}: {error}")
 
-    def check(self, unflushed: int) -> None:
+    def check(self, unflushed: int, waited_s: float) -> None:
         if self.failed or unflushed or self.acknowledged != self.sent:
             raise OutputNotDelivered(
                 f"{self.acknowledged} of {self.sent} records acknowledged, {self.failed} refused, {unflushed} still "
-                f"queued after {FLUSH_TIMEOUT_S:.0f} s" + (f": {'; '.join(self.first_errors)}" if self.first_errors else "")
+                f"queued after {waited_s:.0f} s" + (f": {'; '.join(self.first_errors)}" if self.first_errors else "")
             )
 
 
@@ -305,9 +316,14 @@ class _Output:
         if self.producing is not None:
             self.producing.poll(0)  # serve delivery reports as they come, not all at the end
 
+    @property
+    def flush_timeout_s(self) -> float:
+        """Past the records' delivery timeout: every record has its outcome by then."""
+        return int(self.config.get("message.timeout.ms", WRITER_TUNING["message.timeout.ms"])) / 1000 + FLUSH_MARGIN_S
+
     def finish(self) -> None:
         if self.producing is not None:
-            self.delivery.check(self.producing.flush(FLUSH_TIMEOUT_S))
+            self.delivery.check(self.producing.flush(self.flush_timeout_s), self.flush_timeout_s)
 
     def abandon(self) -> None:
         """The task failed: records already sent are out (at least once), nothing to undo."""
