@@ -44,7 +44,14 @@ from streamstate.jobs.checkpoints import (
 )
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
 from streamstate.jobs.jvm_recycle import SocketWatch, end_jvm
-from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, is_fenced, transactions_problem
+from streamstate.jobs.kafka.partition_writer import (
+    FatalOutputError,
+    OutputFenced,
+    TransactionsUnavailable,
+    fatal_condition,
+    is_fenced,
+    transactions_problem,
+)
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
@@ -171,6 +178,19 @@ def _another_copy(error: object) -> bool:
     """Whether Spark failed the query because another query wrote its checkpoint's logs."""
     text = str(error)
     return "Multiple streaming jobs detected" in text or "are concurrently using" in text
+
+
+def _fatal_output(failures) -> type[FatalOutputError] | None:
+    """The fatal output condition among the failures (:func:`fatal_condition`), fencing first."""
+    kinds = [kind for kind in (fatal_condition(error) for _, error in failures) if kind is not None]
+    return OutputFenced if OutputFenced in kinds else (kinds[0] if kinds else None)
+
+
+def _condition_text(error: object, condition: str) -> str:
+    """The task's message from its ``[condition]`` on, to its line's end: not the JVM's trace around it."""
+    text = str(error)
+    start = text.find(f"[{condition}]")
+    return text[start:].splitlines()[0] if start >= 0 else " ".join(text.split())[:1500]
 
 
 def _checkpoints(spec: JobSpec, job_checkpoint: str) -> list[str]:
@@ -314,6 +334,13 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             committed, before = _last_commits(spark, spec, checkpoint), committed
             if committed != before:
                 budget.renew()
+            fatal = _fatal_output(failures)
+            if fatal is not None and fatal is not OutputFenced:
+                # A restart would meet the same refusal: the task's error says what it is and what to do.
+                for name, error in failures:
+                    log.error("query %s: %s", name, _condition_text(error, fatal.condition))
+                log.error("the job stops (exit %d, %s): restarting it would meet the same error", fatal.exit_code, fatal.condition)
+                return fatal.exit_code
             if any(is_fenced(error) or _another_copy(error) for _, error in failures):
                 # Restarting would make the two copies take turns failing each other's batches.
                 log.error(

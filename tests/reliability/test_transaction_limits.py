@@ -1,0 +1,205 @@
+"""The output transactions' limits, on a broker of this module's own whose timers are scaled
+down: it aborts a transaction open past its timeout within half a second (not 10 s), and it
+expires a consumer group's offsets one minute after their commit (not 7 days).
+
+- A task whose rows take longer to compute than the transaction timeout still commits them,
+  once: its transaction is open only while it writes (issue 51, 1).
+- A job over a backlog that takes several times the transaction timeout to process commits
+  every output once without a restart (issue 51, 1).
+- A transaction that outlives its timeout anyway, and one fenced by a newer producer of its
+  id, fail the task with their own condition (``[OUTPUT_TRANSACTION_TIMED_OUT]``,
+  ``[OUTPUT_FENCED]``); the job exits with its own code for each (issue 51, 2).
+- A job whose checkpoint holds a batch planned longer ago than the broker keeps its
+  committed-batch markers refuses to start, with the remedy, instead of writing that batch a
+  second time (issue 51, 3).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from streamstate.jobs.kafka.partition_writer import (
+    WRITER_TUNING,
+    BatchTransactions,
+    OutputPlan,
+    _TransactionalOutput,
+    _write_task,
+    transaction_timeouts,
+)
+from streamstate.kafka_clients import connection, producer_config
+from streamstate.stack.launcher import EmbeddedStack, free_port
+from streamstate.stack.servers import KafkaBroker
+from tests.conftest import _topic_factory
+from tests.integration.kafka_testing import read_topic
+
+pytestmark = [pytest.mark.spark]
+
+TRANSACTION_TIMEOUT_MS = 2_000
+# The broker's defaults are 10 s (the check for timed-out transactions) and 7 days / 10 minutes.
+TUNED = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "offsets.retention.minutes": "1",
+    "offsets.retention.check.interval.ms": "1000",
+}
+
+
+@dataclass(frozen=True)
+class TunedBroker(KafkaBroker):
+    """The stack's broker with :data:`TUNED` over its settings (a later line of a properties file wins)."""
+
+    def properties(self) -> str:
+        return super().properties() + "".join(f"{key}={value}\n" for key, value in TUNED.items())
+
+
+@pytest.fixture(scope="module")
+def tuned(stack, tmp_path_factory) -> EmbeddedStack:
+    """A stack of this module's own on the tuned broker (the session stack's settings otherwise)."""
+    workdir = tmp_path_factory.mktemp("tuned")
+    tuned = EmbeddedStack(settings=stack.settings, workdir=workdir, quiet=True, profile=stack.profile)
+    tuned.kafka = TunedBroker(workdir / "kafka", free_port(), free_port())
+    tuned.start_broker()
+    yield tuned
+    tuned.stop()
+
+
+@pytest.fixture
+def short(tuned):
+    """The tuned stack's settings with the transaction timeout scaled down."""
+    return tuned.settings.model_copy(update={"output_transaction_timeout_ms": TRANSACTION_TIMEOUT_MS})
+
+
+def _plan(topic: str) -> OutputPlan:
+    return OutputPlan("test-job", {"alert": topic}, frozenset())
+
+
+def _values(bootstrap: str, topic: str) -> list[str]:
+    return sorted(r.value.decode() for r in read_topic(bootstrap, topic, partitions=1))
+
+
+def test_a_task_computing_longer_than_its_transaction_timeout_commits_its_rows_once(short):
+    """A task's rows reach its writer lazily, as the stateful operator computes them (mapInArrow
+    hands the writer an iterator): here each Arrow batch after the first takes a second and a
+    half, three times the timeout in all after the first row."""
+    topic = _topic_factory(short.bootstrap_servers)(1)
+    payloads = [json.dumps({"n": i}) for i in range(20)]
+
+    def computed():
+        for index in range(0, len(payloads), 5):
+            if index:
+                time.sleep(1.5)
+            chunk = payloads[index:index + 5]
+            yield pa.RecordBatch.from_pydict({"kind": ["alert"] * len(chunk), "key": [f"k{index}"] * len(chunk), "payload": chunk})
+
+    output = _output(short, BatchTransactions(f"test.{uuid.uuid4().hex}", 0, topic))
+    groups, _ = _write_task(computed(), _plan(topic), output)
+    assert groups == {("alert", None, None, None): [20, 0]}
+    assert _values(short.bootstrap_servers, topic) == sorted(payloads)
+
+
+def _output(settings, transactions: BatchTransactions) -> _TransactionalOutput:
+    config = producer_config(settings, **{k.replace(".", "__"): v for k, v in {**WRITER_TUNING, **transaction_timeouts(settings)}.items()})
+    return _TransactionalOutput(config, connection(settings), transactions)
+
+
+def test_a_transaction_that_outlives_its_timeout_fails_as_timed_out_not_as_fenced(short):
+    topic = _topic_factory(short.bootstrap_servers)(1)
+    output = _output(short, BatchTransactions(f"test.{uuid.uuid4().hex}", 0, topic))
+    output.produce(topic, "k", json.dumps({"n": 1}))
+    output.poll()
+    time.sleep(TRANSACTION_TIMEOUT_MS / 1000 * 2)  # a write slower than the timeout: the broker aborts the transaction
+    output.produce(topic, "k", json.dumps({"n": 2}))
+    with pytest.raises(Exception) as raised:
+        try:
+            output.finish()
+        except BaseException:
+            output.abandon()
+            raise
+    assert "[OUTPUT_TRANSACTION_TIMED_OUT]" in str(raised.value), repr(raised.value)
+    assert "another" not in str(raised.value)
+    assert _values(short.bootstrap_servers, topic) == []
+
+
+def test_a_transaction_fenced_by_a_newer_producer_of_its_id_fails_as_fenced(short):
+    topic = _topic_factory(short.bootstrap_servers)(1)
+    transactions = BatchTransactions(f"test.{uuid.uuid4().hex}", 0, topic)
+    older = _output(short, transactions)
+    older.produce(topic, "k", json.dumps({"n": "older"}))
+    older.poll()
+    newer = _output(short, transactions)
+    newer.starting.result()  # its init_transactions fenced the older one
+    with pytest.raises(Exception) as raised:
+        try:
+            older.finish()
+        except BaseException:
+            older.abandon()
+            raise
+    assert "[OUTPUT_FENCED]" in str(raised.value), repr(raised.value)
+    newer.produce(topic, "k", json.dumps({"n": "newer"}))
+    newer.finish()
+    assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
+
+
+# --------------------------------------------------------------------------- a job over a backlog
+BACKLOG_EVENTS = 40_000
+
+
+@pytest.fixture
+def tuned_pipeline(tuned, tmp_path):
+    """A pipeline on the tuned broker (fresh topics, its own checkpoints), the transaction
+    timeout scaled down; every process it starts is stopped after."""
+    from tests.reliability.conftest import _pipeline_on
+
+    pipeline = _pipeline_on(tuned, _topic_factory(tuned.settings.bootstrap_servers), tmp_path)
+    pipeline.settings = pipeline.settings.model_copy(update={"output_transaction_timeout_ms": TRANSACTION_TIMEOUT_MS})
+    yield pipeline
+    pipeline.stop()
+
+
+def _batch_seconds(checkpoint: str) -> dict[int, float]:
+    """Each committed batch's time from its plan to its commit (the checkpoint's file times)."""
+    root = Path(checkpoint)
+    return {
+        int(commit.name): commit.stat().st_mtime - (root / "offsets" / commit.name).stat().st_mtime
+        for commit in (root / "commits").iterdir() if commit.name.isdigit()
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("heavy_beside_no_stack")
+def test_a_job_over_a_backlog_of_many_transaction_timeouts_commits_every_output_once_without_a_restart(tuned_pipeline):
+    """The first batch of a new checkpoint over a topic's backlog: a batch of all of it, which
+    takes several times the (scaled-down) transaction timeout to compute. Before, the
+    transaction of each task was open from its first row while the task computed the rest; the
+    broker aborted it, the task failed, and the job retried the same batch until it gave up."""
+    from tests.scenario import Scenario, differences, produce_scenario, read_outputs
+    from streamstate.producers.generators import UserEventGenerator
+
+    stack, settings = tuned_pipeline, tuned_pipeline.settings
+    users = UserEventGenerator(seed=51, users=600, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03, max_lateness_ms=60_000)
+    scenario = Scenario(seed=51, records=list(users.take(BACKLOG_EVENTS)))
+    produce_scenario(settings.bootstrap_servers, scenario, settings)
+
+    job = stack.start_job("sessions", "--available-now")
+    deadline = time.monotonic() + 900
+    while job.alive() and "restarting from the checkpoint" not in job.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"the job did not drain its backlog:\n{job.tail(40)}"
+        time.sleep(1)
+    log = job.log_path.read_text(errors="replace")
+    job.stop()
+    assert "restarting from the checkpoint" not in log and job.popen.returncode == 0, job.tail(60)
+
+    batches = _batch_seconds(settings.checkpoint("sessions"))
+    print(f"\nbacklog of {BACKLOG_EVENTS} events: batches took {batches} s, the transaction timeout "
+          f"{TRANSACTION_TIMEOUT_MS / 1000:.0f} s")
+    outputs = read_outputs(settings.bootstrap_servers, settings)
+    problems = differences(scenario.expected(settings), outputs)
+    assert not problems, "outputs differ from the reference:\n" + "\n".join(problems)
+    assert outputs.duplicates() == {}, outputs.duplicates()
+    assert outputs.sessions and outputs.session_state, "the backlog closed no session: it proves little"
