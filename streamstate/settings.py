@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         "the broker's transaction.max.timeout.ms (15 minutes unless set); a record's delivery timeout is two thirds of it "
         "(at most 2 minutes). See README, Delivery guarantees.",
     )
+    on_expired_batch_markers: Literal["stop", "replay"] = Field(
+        "stop",
+        description="A checkpoint whose last batch was planned and never committed longer ago than the brokers keep "
+        "the output transactions' committed-batch markers (offsets.retention.minutes): 'stop' the job at start (exit 6), "
+        "or 'replay' the batch, whose outputs a read_committed consumer may then see twice. See README, Delivery "
+        "guarantees.",
+    )
     topic_user_events: str = "user-events"
     topic_metrics: str = "metrics"
     topic_alerts: str = "alerts"

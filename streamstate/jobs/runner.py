@@ -34,9 +34,11 @@ from pyspark.sql.streaming import StreamingQuery
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
 from streamstate.errors import CheckpointError
 from streamstate.jobs.checkpoints import (
+    BatchMarkersMayHaveExpired,
     CheckpointFiles,
     TopicIdentity,
     bucket_labels,
+    check_markers_kept,
     discard_unstarted_leftovers,
     finish_interrupted_move,
     query_id,
@@ -137,6 +139,7 @@ def start_query(
             log.warning("input topic %s: %s", topic, reason)
     transactional_query = None
     if exactly_once(settings):
+        check_markers_kept(spark, checkpoint, settings)
         def transactional_query() -> str:
             return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
     writer = (
@@ -375,6 +378,9 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 return 1
             if stop_requested.wait(delay):
                 break
+    except BatchMarkersMayHaveExpired as exc:  # the message says what to do
+        log.error("%s", exc)
+        return BatchMarkersMayHaveExpired.exit_code
     except (CheckpointError, TransactionsUnavailable) as exc:  # the message says what to do
         log.error("%s", exc)
         return 2

@@ -17,6 +17,7 @@ expires a consumer group's offsets one minute after their commit (not 7 days).
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,10 +34,11 @@ from streamstate.jobs.kafka.partition_writer import (
     _write_task,
     transaction_timeouts,
 )
-from streamstate.kafka_clients import connection, producer_config
+from streamstate.kafka_clients import admin, connection, producer_config
 from streamstate.stack.launcher import EmbeddedStack, free_port
 from streamstate.stack.servers import KafkaBroker
 from tests.conftest import _topic_factory
+from tests.integration.api_harness import wait_until
 from tests.integration.kafka_testing import read_topic
 
 pytestmark = [pytest.mark.spark]
@@ -203,3 +205,42 @@ def test_a_job_over_a_backlog_of_many_transaction_timeouts_commits_every_output_
     assert not problems, "outputs differ from the reference:\n" + "\n".join(problems)
     assert outputs.duplicates() == {}, outputs.duplicates()
     assert outputs.sessions and outputs.session_state, "the backlog closed no session: it proves little"
+
+
+# --------------------------------------------------------------------------- committed-batch markers
+def _marker_groups(bootstrap: str, job: str) -> list[str]:
+    """The consumer groups holding the committed-batch markers of ``job``'s transactional ids."""
+    groups = admin(bootstrap).list_consumer_groups(request_timeout=10).result()
+    return [group.group_id for group in groups.valid if group.group_id.startswith(f"streamstate.{job}.")]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("heavy_beside_no_stack")
+def test_a_job_down_longer_than_the_brokers_keep_its_markers_refuses_to_write_a_batch_twice(tuned_pipeline, tmp_path):
+    """The job stops between Kafka's commit of a batch's transactions and Spark's commit of the
+    batch, and stays down past the broker's offsets retention (one minute here): its
+    committed-batch markers are gone. Before, the restarted job replayed the batch and wrote its
+    outputs a second time; now it refuses, with the remedy (exit 6)."""
+    from tests.reliability.crash_at import AFTER_COMMIT, MARKER_ENV
+    from tests.scenario import build_scenario, produce_scenario, read_outputs
+
+    stack, settings = tuned_pipeline, tuned_pipeline.settings
+    bootstrap = settings.bootstrap_servers
+    scenario = build_scenario(7, events=800, metrics=0)
+    produce_scenario(bootstrap, scenario, settings)
+    crashed = tmp_path / "sessions-crashed"
+    first = stack.spawn("sessions-job", [sys.executable, "-m", "tests.reliability.crash_at", AFTER_COMMIT, "sessions"],
+                        extra_env={MARKER_ENV: str(crashed)})
+    wait_until(lambda: crashed.exists() and not first.alive(), 600, f"the job to commit a batch's alerts and be killed:\n{first.tail(30)}")
+    written = read_outputs(bootstrap, settings)
+    assert written.alerts and _marker_groups(bootstrap, "sessions"), "the killed batch committed alerts and markers"
+
+    wait_until(lambda: not _marker_groups(bootstrap, "sessions"), 300, "the broker to expire the committed-batch markers")
+    again = stack.start_job("sessions", "--available-now")
+    wait_until(lambda: not again.alive(), 600, f"the restarted job to end:\n{again.tail(30)}")
+
+    outputs = read_outputs(bootstrap, settings)
+    assert outputs.duplicates() == {}, f"the replayed batch was written again: {outputs.duplicates()}"
+    log = again.log_path.read_text(errors="replace")
+    assert again.popen.returncode == 6, again.tail(40)
+    assert "[OUTPUT_MARKERS_EXPIRED] batch " in log and "STREAMSTATE_ON_EXPIRED_BATCH_MARKERS=replay" in log, again.tail(40)
