@@ -15,6 +15,14 @@ would read on from offsets that no longer mean anything, and by the time of the 
 recreated topic may have grown past them, skipping its first records silently. The job
 stops instead (exit 2) with what happened, or with ``on_source_reset=start-over`` moves the
 checkpoint aside and reads the topics from their beginning.
+
+A fatal error of an output transaction that a restart would meet again stops the job with
+its own exit code (README, Delivery guarantees, "Exit codes"): the task's error carries a
+stable ``[OUTPUT_*]`` condition across the JVM (:func:`~streamstate.jobs.kafka.partition_writer.fatal_condition`),
+so that only real fencing says another copy runs (2); the ACLs refusing (3), a transaction
+timed out (4), a broker without the transactions asked for (5). A checkpoint whose
+uncommitted batch is older than the brokers keep its committed-batch markers stops it at
+start (6, :func:`~streamstate.jobs.checkpoints.check_markers_kept`).
 """
 
 from __future__ import annotations
