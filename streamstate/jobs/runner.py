@@ -345,14 +345,15 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             committed, before = _last_commits(spark, spec, checkpoint), committed
             if committed != before:
                 budget.renew()
-            fatal = _fatal_output(failures)
-            if fatal is not None and fatal is not OutputFenced:
+            fenced = any(is_fenced(error) or _another_copy(error) for _, error in failures)
+            fatal = None if fenced else _fatal_output(failures)
+            if fatal is not None:
                 # A restart would meet the same refusal: the task's error says what it is and what to do.
                 for name, error in failures:
                     log.error("query %s: %s", name, _condition_text(error, fatal.condition))
                 log.error("the job stops (exit %d, %s): restarting it would meet the same error", fatal.exit_code, fatal.condition)
                 return fatal.exit_code
-            if any(is_fenced(error) or _another_copy(error) for _, error in failures):
+            if fenced:
                 # Restarting would make the two copies take turns failing each other's batches.
                 log.error(
                     "another copy of this job runs on the checkpoint %s (it wrote the batch this one was writing, or took "

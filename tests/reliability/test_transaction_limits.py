@@ -148,8 +148,35 @@ def test_a_transaction_fenced_by_a_newer_producer_of_its_id_fails_as_fenced(shor
     assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
 
 
+
+def test_a_task_woken_past_its_timeout_after_a_newer_producer_committed_its_batch_fails_as_fenced(short):
+    """A stuck old driver's task: its transaction outlived the timeout, and a second copy of the
+    job committed the same batch meanwhile. The error codes are those of a timeout too; that
+    the batch is committed by another producer of the id says what happened."""
+    topic = _topic_factory(short.bootstrap_servers)(1)
+    transactions = BatchTransactions(f"test.{uuid.uuid4().hex}", 3, topic)
+    stuck = _output(short, transactions)
+    stuck.produce(topic, "k", json.dumps({"n": "stuck"}))
+    stuck.poll()
+    newer = _output(short, transactions)
+    newer.produce(topic, "k", json.dumps({"n": "newer"}))
+    newer.finish()
+    time.sleep(TRANSACTION_TIMEOUT_MS / 1000 * 1.5)
+    with pytest.raises(Exception) as raised:
+        try:
+            stuck.finish()
+        except BaseException:
+            stuck.abandon()
+            raise
+    assert "[OUTPUT_FENCED]" in str(raised.value), repr(raised.value)
+    assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
+
 # --------------------------------------------------------------------------- a job over a backlog
 BACKLOG_EVENTS = 40_000
+# Spark hands a task's rows to the writer in Arrow batches of this many (10,000 unless set): at
+# the scale of days of data a task's rows fill many while the stateful operator computes the
+# rest; this backlog's rows, a few thousand a task, fill many of these.
+ARROW_BATCH_ROWS = 200
 
 
 @pytest.fixture
@@ -164,6 +191,16 @@ def tuned_pipeline(tuned, tmp_path):
     pipeline.stop()
 
 
+def _sessions_scenario(seed: int, events: int, users: int):
+    """The scripted scenario's user events alone (the sessions job's input), as tests.scenario makes them."""
+    from streamstate.producers.generators import UserEventGenerator
+    from tests.scenario import Scenario
+
+    generator = UserEventGenerator(seed=seed, users=users, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03,
+                                   max_lateness_ms=60_000)
+    return Scenario(seed=seed, records=list(generator.take(events)))
+
+
 def _batch_seconds(checkpoint: str) -> dict[int, float]:
     """Each committed batch's time from its plan to its commit (the checkpoint's file times)."""
     root = Path(checkpoint)
@@ -175,20 +212,22 @@ def _batch_seconds(checkpoint: str) -> dict[int, float]:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("heavy_beside_no_stack")
-def test_a_job_over_a_backlog_of_many_transaction_timeouts_commits_every_output_once_without_a_restart(tuned_pipeline):
+def test_a_job_over_a_backlog_of_many_transaction_timeouts_commits_every_output_once_without_a_restart(tuned_pipeline, tmp_path):
     """The first batch of a new checkpoint over a topic's backlog: a batch of all of it, which
     takes several times the (scaled-down) transaction timeout to compute. Before, the
     transaction of each task was open from its first row while the task computed the rest; the
     broker aborted it, the task failed, and the job retried the same batch until it gave up."""
-    from tests.scenario import Scenario, differences, produce_scenario, read_outputs
-    from streamstate.producers.generators import UserEventGenerator
+    from tests.scenario import differences, produce_scenario, read_outputs
 
     stack, settings = tuned_pipeline, tuned_pipeline.settings
-    users = UserEventGenerator(seed=51, users=600, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03, max_lateness_ms=60_000)
-    scenario = Scenario(seed=51, records=list(users.take(BACKLOG_EVENTS)))
+    scenario = _sessions_scenario(51, BACKLOG_EVENTS, users=600)
     produce_scenario(settings.bootstrap_servers, scenario, settings)
 
-    job = stack.start_job("sessions", "--available-now")
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(f"spark.sql.execution.arrow.maxRecordsPerBatch {ARROW_BATCH_ROWS}\n")
+    job = stack.spawn("sessions-job", [sys.executable, "-m", "streamstate.jobs", "sessions", "--available-now"],
+                      extra_env={"SPARK_CONF_DIR": str(conf)})
     deadline = time.monotonic() + 900
     while job.alive() and "restarting from the checkpoint" not in job.log_path.read_text(errors="replace"):
         assert time.monotonic() < deadline, f"the job did not drain its backlog:\n{job.tail(40)}"
@@ -222,11 +261,11 @@ def test_a_job_down_longer_than_the_brokers_keep_its_markers_refuses_to_write_a_
     committed-batch markers are gone. Before, the restarted job replayed the batch and wrote its
     outputs a second time; now it refuses, with the remedy (exit 6)."""
     from tests.reliability.crash_at import AFTER_COMMIT, MARKER_ENV
-    from tests.scenario import build_scenario, produce_scenario, read_outputs
+    from tests.scenario import produce_scenario, read_outputs
 
     stack, settings = tuned_pipeline, tuned_pipeline.settings
     bootstrap = settings.bootstrap_servers
-    scenario = build_scenario(7, events=800, metrics=0)
+    scenario = _sessions_scenario(7, 800, users=60)
     produce_scenario(bootstrap, scenario, settings)
     crashed = tmp_path / "sessions-crashed"
     first = stack.spawn("sessions-job", [sys.executable, "-m", "tests.reliability.crash_at", AFTER_COMMIT, "sessions"],

@@ -518,7 +518,8 @@ class _TransactionalOutput(_Output):
 
         def start() -> None:
             try:
-                client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config)
+                client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config,
+                                                    self.transactions.batch_id)
                 starting.set_result((client, client.committed_batch() >= self.transactions.batch_id))
             except BaseException as error:  # raised in the task's thread by _begin
                 starting.set_exception(error)
@@ -603,20 +604,37 @@ class _TransactionalClient:
     errors: list[KafkaError]  # the producer's error_cb: fatal errors where confluent-kafka reports them so
     open: bool = False
     opened_at: float | None = None  # time.monotonic() at begin_transaction
+    batch_id: int = -1  # the batch its transaction writes
 
     @classmethod
-    def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
+    def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig,
+              batch_id: int = -1) -> _TransactionalClient:
         errors: list[KafkaError] = []
         producer = _transactional_producer({**config, "error_cb": errors.append}, transactional_id)
         timeout_ms = int(config.get("transaction.timeout.ms", 60_000))  # librdkafka's default
-        client = cls(transactional_id, producer, _group(transactional_id, group_config), marker, timeout_ms, errors)
+        client = cls(transactional_id, producer, _group(transactional_id, group_config), marker, timeout_ms, errors, batch_id=batch_id)
         _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
         return client
 
     def classify(self, error: KafkaError) -> type[FatalOutputError] | None:
-        """:func:`classify` with how long this client's transaction has been open."""
+        """:func:`classify` with how long this client's transaction has been open; a transaction
+        open past its timeout was fenced all the same when another producer of the id has
+        committed its batch since (a stuck old driver's task woken after a new copy took over)."""
         open_s = time.monotonic() - self.opened_at if self.opened_at is not None else None
-        return classify(error, open_s, self.timeout_ms)
+        kind = classify(error, open_s, self.timeout_ms)
+        if kind is OutputTransactionTimedOut and self._committed_by_another():
+            return OutputFenced
+        return kind
+
+    def _committed_by_another(self) -> bool:
+        """Whether the id's committed batch is this client's (it never committed it: another did)."""
+        if self.batch_id < 0:
+            return False
+        try:
+            offset = self.group.committed([TopicPartition(self.marker, 0)], timeout=PROBE_TIMEOUT_S)[0].offset
+        except KafkaException:
+            return False
+        return offset - 1 >= self.batch_id
 
     def fatal_error(self) -> KafkaError | None:
         """The producer's fatal error, if it has one: from its error_cb, else from the call that
