@@ -253,8 +253,8 @@ def check_markers_kept(spark: SparkSession, checkpoint: str, settings, now_ms: i
         return
     planned = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(planned_ms / 1000))
     what = (
-        f"batch {batch} of the checkpoint {checkpoint} was planned at {planned}, {(now_ms - planned_ms) / 3_600_000:.1f} h "
-        f"ago, and never committed; the brokers at {settings.bootstrap_servers} keep the output transactions' "
+        f"batch {batch} of the checkpoint {checkpoint} was planned at {planned}, {_age(now_ms - planned_ms)} ago, and never "
+        f"committed; the brokers at {settings.bootstrap_servers} keep the output transactions' "
         f"committed-batch markers (consumer group offsets) for offsets.retention.minutes={retention_ms // 60_000} after "
         "their commit, so if the batch's transactions committed before the job stopped, their markers may be gone and "
         "replaying the batch would write its outputs a second time"
@@ -267,6 +267,11 @@ def check_markers_kept(spark: SparkSession, checkpoint: str, settings, now_ms: i
         "may be seen twice by read_committed consumers, start the job once with STREAMSTATE_ON_EXPIRED_BATCH_MARKERS=replay; "
         "to keep outages up to a length safe, set the brokers' offsets.retention.minutes above it"
     )
+
+
+def _age(ms: int) -> str:
+    minutes = ms / 60_000
+    return f"{minutes:.0f} minutes" if minutes < 120 else f"{minutes / 60:.1f} hours"
 
 
 def query_id(spark: SparkSession, checkpoint: str) -> str:

@@ -290,3 +290,37 @@ def test_a_job_down_longer_than_the_brokers_keep_its_markers_refuses_to_write_a_
     log = again.log_path.read_text(errors="replace")
     assert again.popen.returncode == 6, again.tail(40)
     assert "[OUTPUT_MARKERS_EXPIRED] batch " in log and "STREAMSTATE_ON_EXPIRED_BATCH_MARKERS=replay" in log, again.tail(40)
+
+
+def _checkpoint_with_an_uncommitted_batch(root: Path, planned_ms: int) -> str:
+    """A checkpoint's logs as Spark writes them: batch 0 committed, batch 1 planned at ``planned_ms``."""
+    for batch, committed in ((0, True), (1, False)):
+        (root / "offsets").mkdir(parents=True, exist_ok=True)
+        (root / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{planned_ms},"conf":{{}}}}\n{{}}\n')
+        if committed:
+            (root / "commits").mkdir(exist_ok=True)
+            (root / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    return str(root)
+
+
+def test_the_start_up_check_refuses_only_a_batch_older_than_the_brokers_keep_its_markers(spark, tuned, tmp_path):
+    from streamstate.jobs.checkpoints import BatchMarkersMayHaveExpired, check_markers_kept, offsets_retention_ms
+
+    settings = tuned.settings
+    assert offsets_retention_ms(settings) == 60_000, "the tuned broker's offsets.retention.minutes, read with DescribeConfigs"
+    now_ms = int(time.time() * 1000)
+    recent = _checkpoint_with_an_uncommitted_batch(tmp_path / "recent", now_ms - 30_000)
+    check_markers_kept(spark, recent, settings, now_ms)  # its markers are kept for another half minute
+
+    old = _checkpoint_with_an_uncommitted_batch(tmp_path / "old", now_ms - 120_000)
+    with pytest.raises(BatchMarkersMayHaveExpired) as refused:
+        check_markers_kept(spark, old, settings, now_ms)
+    message = str(refused.value)
+    assert message.startswith("[OUTPUT_MARKERS_EXPIRED] batch 1 of the checkpoint ") and "2 minutes ago" in message, message
+    assert "offsets.retention.minutes=1" in message and "STREAMSTATE_ON_EXPIRED_BATCH_MARKERS=replay" in message, message
+    check_markers_kept(spark, old, settings.model_copy(update={"on_expired_batch_markers": "replay"}), now_ms)
+
+    committed = tmp_path / "committed"
+    _checkpoint_with_an_uncommitted_batch(committed, now_ms - 120_000)
+    (committed / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    check_markers_kept(spark, str(committed), settings, now_ms)  # nothing to replay

@@ -25,7 +25,14 @@ so a ``read_committed`` consumer sees each record once, whatever was killed when
 starts its producer, ``init_transactions`` and the committed-batch lookup in a thread of its
 own as soon as it starts, while the stateful operator in front of it still computes its rows:
 ``init_transactions`` takes 10-40 ms on a local broker (see ``TRANSACTIONAL_TUNING`` for why
-it took 500 ms in a third of the tasks before).
+it took 500 ms in a third of the tasks before). It begins its transaction only once it has all
+its rows (:attr:`_Output.drains`), so the transaction is open while it writes, never while
+they are computed; :func:`records_per_batch` bounds a batch by the transactions' timeout.
+
+A fatal producer error fails the task with its cause (:func:`classify`): fenced by another
+copy of the job, the transaction timed out, refused by the ACLs, not supported by the broker;
+each an :class:`FatalOutputError` whose message starts with a ``[condition]`` code the runner
+finds across the JVM (:func:`fatal_condition`) and stops on with that condition's exit code.
 """
 
 from __future__ import annotations
@@ -556,7 +563,10 @@ class _TransactionalOutput(_Output):
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         self._begin()
         if not self.skipping:
-            super().produce(topic, key, payload)
+            try:
+                super().produce(topic, key, payload)
+            except SystemError as exc:  # from a delivery callback served while the local queue was full
+                raise self.failure(exc, f"producing to {topic}") from exc
 
     def poll(self) -> None:
         try:
