@@ -324,3 +324,29 @@ def test_the_start_up_check_refuses_only_a_batch_older_than_the_brokers_keep_its
     _checkpoint_with_an_uncommitted_batch(committed, now_ms - 120_000)
     (committed / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     check_markers_kept(spark, str(committed), settings, now_ms)  # nothing to replay
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("heavy_beside_no_stack")
+def test_a_job_whose_transaction_times_out_stops_with_its_own_exit_code_not_as_another_copy(tuned_pipeline, tmp_path):
+    """A task stalls with its records written in its open transaction (a frozen host, a GC
+    pause) for longer than the transaction timeout, and no other copy of the job runs: the
+    broker aborts the transaction, and the job says so (exit 4), not that another copy runs."""
+    from tests.reliability.crash_at import MARKER_ENV, STALL
+    from tests.scenario import produce_scenario, read_outputs
+
+    stack, settings = tuned_pipeline, tuned_pipeline.settings
+    produce_scenario(settings.bootstrap_servers, _sessions_scenario(7, 800, users=60), settings)
+    stalled = tmp_path / "sessions-stalled"
+    job = stack.spawn("sessions-job", [sys.executable, "-m", "tests.reliability.crash_at", STALL, "sessions"],
+                      extra_env={MARKER_ENV: str(stalled)})
+    wait_until(stalled.exists, 600, f"the job to stall in a transaction:\n{job.tail(30)}")
+    time.sleep(TRANSACTION_TIMEOUT_MS / 1000 * 2)
+    stalled.with_name(stalled.name + ".release").touch()
+    wait_until(lambda: not job.alive(), 300, f"the job to stop:\n{job.tail(30)}")
+
+    log = job.log_path.read_text(errors="replace")
+    assert job.popen.returncode == 4, job.tail(40)
+    assert "[OUTPUT_TRANSACTION_TIMED_OUT]" in log and "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER" in log, job.tail(40)
+    assert "another copy of this job runs" not in log, job.tail(40)
+    assert read_outputs(settings.bootstrap_servers, settings).duplicates() == {}
