@@ -170,7 +170,8 @@ class OutputTransactionTimedOut(FatalOutputError):
 
     condition = "OUTPUT_TRANSACTION_TIMED_OUT"
     exit_code = 4
-    remedy = ("the broker aborts a transaction open longer than STREAMSTATE_OUTPUT_TRANSACTION_TIMEOUT_MS, and a task's "
+    remedy = ("the broker aborts a transaction open longer than STREAMSTATE_OUTPUT_TRANSACTION_TIMEOUT_MS (bumping the "
+              "producer's epoch, which librdkafka reports as fencing; no other producer of the id committed the batch), and a task's "
               "transaction is open while it writes its rows of the batch: lower STREAMSTATE_MAX_OFFSETS_PER_TRIGGER so "
               "that a batch's writes fit in it, or raise the timeout (at most the broker's transaction.max.timeout.ms)")
 
