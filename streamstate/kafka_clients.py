@@ -18,8 +18,8 @@ trust store) and passes options prefixed ``java.`` to the Java client only. Secr
 reach a log line or ``streamstate config`` unmasked (:func:`masked`).
 
 Also here, once each: the reachability check (:func:`broker_problem`, :func:`wait_for_broker`),
-partitions' end offsets (:func:`watermarks`), and the turning of a Kafka error into a
-one-line reason (:func:`reason`).
+partitions' end offsets (:func:`watermarks`), the brokers' own settings (:func:`broker_settings`),
+and the turning of a Kafka error into a one-line reason (:func:`reason`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 log = logging.getLogger("streamstate.kafka")
 
@@ -267,6 +267,21 @@ def wait_for_broker(target: Any, timeout_s: float = 30.0) -> None:
         if time.monotonic() >= deadline:
             raise TimeoutError(f"Kafka broker at {bootstrap_of(target)} did not answer within {timeout_s:g}s: {last}")
         time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- broker settings
+def broker_settings(target: Any, name: str, timeout_s: float = METADATA_TIMEOUT_S) -> list[str]:
+    """The value of the broker setting ``name`` on each broker of the cluster (DescribeConfigs);
+    raises KafkaException when the cluster does not answer or refuses (an ACL on DescribeConfigs)."""
+    client = admin(target)
+    values = []
+    for broker_id in sorted(client.list_topics(timeout=timeout_s).brokers):
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        entries = client.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+        entry = entries.get(name)
+        if entry is not None and entry.value is not None:
+            values.append(str(entry.value))
+    return values
 
 
 # --------------------------------------------------------------------------- end offsets

@@ -56,6 +56,21 @@ class Settings(BaseSettings):
         "each record once. auto: on where the broker runs transactions, else at least once with a warning; on: a "
         "broker without them stops the job; off: at least once. See README, Delivery guarantees.",
     )
+    output_transaction_timeout_ms: int = Field(
+        180_000,
+        ge=1_000,
+        description="transaction.timeout.ms of the jobs' output transactions: the broker aborts a transaction open "
+        "longer, and holds read_committed consumers back at most this long behind one a killed job left open. At most "
+        "the broker's transaction.max.timeout.ms (15 minutes unless set); a record's delivery timeout is two thirds of it "
+        "(at most 2 minutes). See README, Delivery guarantees.",
+    )
+    on_expired_batch_markers: Literal["stop", "replay"] = Field(
+        "stop",
+        description="A checkpoint whose last batch was planned and never committed longer ago than the brokers keep "
+        "the output transactions' committed-batch markers (offsets.retention.minutes): 'stop' the job at start (exit 6), "
+        "or 'replay' the batch, whose outputs a read_committed consumer may then see twice. See README, Delivery "
+        "guarantees.",
+    )
     topic_user_events: str = "user-events"
     topic_metrics: str = "metrics"
     topic_alerts: str = "alerts"
@@ -107,7 +122,9 @@ class Settings(BaseSettings):
         "beyond that the least recently touched move to a per-key map.",
     )
     max_offsets_per_trigger: int | None = Field(
-        None, ge=1, description="Upper bound on records read per micro-batch (all partitions)."
+        None, ge=1, description="Upper bound on records read per micro-batch (all partitions); unset, with output "
+        "transactions: sized from output_transaction_timeout_ms (180 s: 4,023,000), so that a batch's transactions end "
+        "within it. See README, Delivery guarantees."
     )
     trigger_interval: str = Field("2 seconds", description="Micro-batch trigger interval.")
     checkpoint_root: str = Field(

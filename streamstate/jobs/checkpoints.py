@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 from pyspark.sql import SparkSession
 
@@ -31,7 +32,9 @@ from streamstate.jobs.checkpoint_metadata import (
     topic_ids_shape,
 )
 from streamstate.jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
-from streamstate.kafka_clients import admin
+from confluent_kafka import KafkaException
+
+from streamstate.kafka_clients import admin, broker_settings, reason
 from streamstate.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS
 from streamstate.state.placement import balanced_labels
 
@@ -187,6 +190,88 @@ def checkpointed_conf(spark: SparkSession, checkpoint: str) -> dict[str, str] | 
     # Line 1 is the log version ("v1"), line 2 the batch metadata, then one line per source.
     lines = text.splitlines()
     return json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else None
+
+
+class BatchMarkersMayHaveExpired(CheckpointError):
+    """The checkpoint's last batch was planned and never committed, longer ago than the broker
+    keeps the committed-batch markers of output transactions: replaying it could write its
+    outputs a second time. The runner stops with :attr:`exit_code`; the message names the remedy."""
+
+    condition = "OUTPUT_MARKERS_EXPIRED"
+    exit_code = 6
+
+
+# Kafka's offsets.retention.minutes unless a broker says otherwise (7 days).
+DEFAULT_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
+
+
+def uncommitted_batch(spark: SparkSession, checkpoint: str) -> tuple[int, int] | None:
+    """The batch the checkpoint planned and did not commit (Spark replays it on start), as its
+    id and the time it was planned (epoch ms, from its offsets file); None when there is none."""
+    files = CheckpointFiles(spark, checkpoint)
+    planned = max(files.batches("offsets"), default=-1)
+    if planned < 0 or planned <= max(files.batches("commits"), default=-1):
+        return None
+    lines = (files.read(f"offsets/{planned}") or "").splitlines()
+    try:
+        return planned, int(json.loads(lines[1])["batchTimestampMs"])
+    except (IndexError, KeyError, TypeError, ValueError):
+        raise CheckpointMetadataDamaged(f"{files.where(f'offsets/{planned}')} holds no batch metadata") from None
+
+
+def offsets_retention_ms(settings) -> int:
+    """How long the brokers keep a consumer group's offsets after its last commit (the shortest
+    of theirs), where the output transactions keep their committed-batch markers."""
+    try:
+        minutes = [int(value) for value in broker_settings(settings, "offsets.retention.minutes")]
+    except KafkaException as exc:
+        log.warning("the brokers' offsets.retention.minutes cannot be read (%s): assuming Kafka's default, 7 days",
+                    reason(exc))
+        minutes = []
+    return min(minutes or [DEFAULT_OFFSETS_RETENTION_MINUTES]) * 60_000
+
+
+def check_markers_kept(spark: SparkSession, checkpoint: str, settings, now_ms: int | None = None) -> None:
+    """Refuse to replay a batch whose committed-batch markers the broker may have expired.
+
+    A task commits its batch id, in its output transaction, as the offset of a consumer group
+    named after its transactional id; a replayed batch whose marker shows it committed writes
+    nothing again. The broker drops a group's offsets ``offsets.retention.minutes`` after their
+    commit (7 days by default). A job that stopped between Kafka's commit of a batch and Spark's,
+    and stayed down longer, would find the markers gone and write that batch's outputs a second
+    time. The marker was committed after the batch was planned, so a batch planned less than
+    the retention ago (with a tenth of it to spare, at most 10 minutes, for the job's start)
+    still has its markers; an older one stops the job (:class:`BatchMarkersMayHaveExpired`),
+    unless ``settings.on_expired_batch_markers`` is ``replay``."""
+    pending = uncommitted_batch(spark, checkpoint)
+    if pending is None:
+        return
+    batch, planned_ms = pending
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    retention_ms = offsets_retention_ms(settings)
+    if now_ms - planned_ms < retention_ms - min(retention_ms // 10, 600_000):
+        return
+    planned = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(planned_ms / 1000))
+    what = (
+        f"batch {batch} of the checkpoint {checkpoint} was planned at {planned}, {_age(now_ms - planned_ms)} ago, and never "
+        f"committed; the brokers at {settings.bootstrap_servers} keep the output transactions' "
+        f"committed-batch markers (consumer group offsets) for offsets.retention.minutes={retention_ms // 60_000} after "
+        "their commit, so if the batch's transactions committed before the job stopped, their markers may be gone and "
+        "replaying the batch would write its outputs a second time"
+    )
+    if settings.on_expired_batch_markers == "replay":
+        log.warning("%s: replaying it as STREAMSTATE_ON_EXPIRED_BATCH_MARKERS=replay says", what)
+        return
+    raise BatchMarkersMayHaveExpired(
+        f"[{BatchMarkersMayHaveExpired.condition}] {what}. To replay it anyway, accepting that this one batch's outputs "
+        "may be seen twice by read_committed consumers, start the job once with STREAMSTATE_ON_EXPIRED_BATCH_MARKERS=replay; "
+        "to keep outages up to a length safe, set the brokers' offsets.retention.minutes above it"
+    )
+
+
+def _age(ms: int) -> str:
+    minutes = ms / 60_000
+    return f"{minutes:.0f} minutes" if minutes < 120 else f"{minutes / 60:.1f} hours"
 
 
 def query_id(spark: SparkSession, checkpoint: str) -> str:

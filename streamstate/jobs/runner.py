@@ -15,6 +15,14 @@ would read on from offsets that no longer mean anything, and by the time of the 
 recreated topic may have grown past them, skipping its first records silently. The job
 stops instead (exit 2) with what happened, or with ``on_source_reset=start-over`` moves the
 checkpoint aside and reads the topics from their beginning.
+
+A fatal error of an output transaction that a restart would meet again stops the job with
+its own exit code (README, Delivery guarantees, "Exit codes"): the task's error carries a
+stable ``[OUTPUT_*]`` condition across the JVM (:func:`~streamstate.jobs.kafka.partition_writer.fatal_condition`),
+so that only real fencing says another copy runs (2); the ACLs refusing (3), a transaction
+timed out (4), a broker without the transactions asked for (5). A checkpoint whose
+uncommitted batch is older than the brokers keep its committed-batch markers stops it at
+start (6, :func:`~streamstate.jobs.checkpoints.check_markers_kept`).
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ from pyspark.sql.streaming import StreamingQuery
 from streamstate.cli_common import add_common_options, setting_error, settings_from_args
 from streamstate.errors import CheckpointError
 from streamstate.jobs.checkpoints import (
+    BatchMarkersMayHaveExpired,
     CheckpointFiles,
     TopicIdentity,
     bucket_labels,
+    check_markers_kept,
     discard_unstarted_leftovers,
     finish_interrupted_move,
     query_id,
@@ -44,7 +54,14 @@ from streamstate.jobs.checkpoints import (
 )
 from streamstate.jobs.declaration import ExtraQuery, JobSpec
 from streamstate.jobs.jvm_recycle import SocketWatch, end_jvm
-from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, is_fenced, transactions_problem
+from streamstate.jobs.kafka.partition_writer import (
+    FatalOutputError,
+    OutputFenced,
+    TransactionsUnavailable,
+    fatal_condition,
+    is_fenced,
+    transactions_problem,
+)
 from streamstate.jobs.kafka.timestamps import exposed_topics
 from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
@@ -130,6 +147,7 @@ def start_query(
             log.warning("input topic %s: %s", topic, reason)
     transactional_query = None
     if exactly_once(settings):
+        check_markers_kept(spark, checkpoint, settings)
         def transactional_query() -> str:
             return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
     writer = (
@@ -171,6 +189,19 @@ def _another_copy(error: object) -> bool:
     """Whether Spark failed the query because another query wrote its checkpoint's logs."""
     text = str(error)
     return "Multiple streaming jobs detected" in text or "are concurrently using" in text
+
+
+def _fatal_output(failures) -> type[FatalOutputError] | None:
+    """The fatal output condition among the failures (:func:`fatal_condition`), fencing first."""
+    kinds = [kind for kind in (fatal_condition(error) for _, error in failures) if kind is not None]
+    return OutputFenced if OutputFenced in kinds else (kinds[0] if kinds else None)
+
+
+def _condition_text(error: object, condition: str) -> str:
+    """The task's message from its ``[condition]`` on, to its line's end: not the JVM's trace around it."""
+    text = str(error)
+    start = text.find(f"[{condition}]")
+    return text[start:].splitlines()[0] if start >= 0 else " ".join(text.split())[:1500]
 
 
 def _checkpoints(spec: JobSpec, job_checkpoint: str) -> list[str]:
@@ -314,7 +345,15 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             committed, before = _last_commits(spark, spec, checkpoint), committed
             if committed != before:
                 budget.renew()
-            if any(is_fenced(error) or _another_copy(error) for _, error in failures):
+            fenced = any(is_fenced(error) or _another_copy(error) for _, error in failures)
+            fatal = None if fenced else _fatal_output(failures)
+            if fatal is not None:
+                # A restart would meet the same refusal: the task's error says what it is and what to do.
+                for name, error in failures:
+                    log.error("query %s: %s", name, _condition_text(error, fatal.condition))
+                log.error("the job stops (exit %d, %s): restarting it would meet the same error", fatal.exit_code, fatal.condition)
+                return fatal.exit_code
+            if fenced:
                 # Restarting would make the two copies take turns failing each other's batches.
                 log.error(
                     "another copy of this job runs on the checkpoint %s (it wrote the batch this one was writing, or took "
@@ -348,6 +387,9 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 return 1
             if stop_requested.wait(delay):
                 break
+    except BatchMarkersMayHaveExpired as exc:  # the message says what to do
+        log.error("%s", exc)
+        return BatchMarkersMayHaveExpired.exit_code
     except (CheckpointError, TransactionsUnavailable) as exc:  # the message says what to do
         log.error("%s", exc)
         return 2

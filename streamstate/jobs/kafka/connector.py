@@ -13,6 +13,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamstate.jobs.kafka.partition_writer import records_per_batch
 from streamstate.kafka_clients import spark_kafka_options
 from streamstate.settings import Settings
 from streamstate.errors import ConfigurationError
@@ -59,7 +60,8 @@ def read_kafka(
 
     ``subscribe`` is one topic or several, comma-separated. ``startingOffsets`` is
     earliest, latest or Spark's JSON (``{"t":{"0":23,"1":-2}}``). ``maxOffsetsPerTrigger``
-    defaults to ``settings.max_offsets_per_trigger``. ``extra_options`` pass through, e.g.
+    defaults to ``settings.max_offsets_per_trigger``, else to the bound the output transactions'
+    timeout sets (:func:`~streamstate.jobs.kafka.partition_writer.records_per_batch`). ``extra_options`` pass through, e.g.
     ``**{"kafka.fetch.max.bytes": "1048576"}``; ``kafka.bootstrap.servers`` and the client
     options default to ``settings.bootstrap_servers`` and ``settings.kafka_client_options``
     (translated for the connector's Java client).
@@ -71,7 +73,7 @@ def read_kafka(
         "startingOffsets": startingOffsets,
         "failOnDataLoss": str(failOnDataLoss).lower(),
     }
-    limit = maxOffsetsPerTrigger if maxOffsetsPerTrigger is not None else settings.max_offsets_per_trigger
+    limit = maxOffsetsPerTrigger if maxOffsetsPerTrigger is not None else records_per_batch(settings)
     if limit is not None:
         options["maxOffsetsPerTrigger"] = str(limit)
     options.update({k: str(v) for k, v in extra_options.items()})

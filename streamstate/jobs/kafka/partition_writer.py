@@ -25,19 +25,27 @@ so a ``read_committed`` consumer sees each record once, whatever was killed when
 starts its producer, ``init_transactions`` and the committed-batch lookup in a thread of its
 own as soon as it starts, while the stateful operator in front of it still computes its rows:
 ``init_transactions`` takes 10-40 ms on a local broker (see ``TRANSACTIONAL_TUNING`` for why
-it took 500 ms in a third of the tasks before).
+it took 500 ms in a third of the tasks before). It begins its transaction only once it has all
+its rows (:attr:`_Output.drains`), so the transaction is open while it writes, never while
+they are computed; :func:`records_per_batch` bounds a batch by the transactions' timeout.
+
+A fatal producer error fails the task with its cause (:func:`classify`): fenced by another
+copy of the job, the transaction timed out, refused by the ACLs, not supported by the broker;
+each an :class:`FatalOutputError` whose message starts with a ``[condition]`` code the runner
+finds across the JVM (:func:`fatal_condition`) and stops on with that condition's exit code.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, ClassVar, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,24 +66,24 @@ _SUMMARY_ARROW = pa.schema(
      ("rows", pa.int64()), ("total", pa.int64()), ("payload", pa.string())]
 )
 SUMMARY_SCHEMA = ", ".join(f"{f.name} {'long' if f.type == pa.int64() else 'string'}" for f in _SUMMARY_ARROW)
+# A record is delivered or refused within this (retries included), so a broker outage shorter
+# than it delays the batch, and a longer one fails the task.
+MESSAGE_TIMEOUT_MS = 120_000
 WRITER_TUNING = {
     "enable.idempotence": True,
     "partitioner": "murmur2_random",  # the Java client's partition for a key
     "linger.ms": 2,  # a task flushes its records at its end: lingering would only delay the first send
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1_048_576,
-    # A record is delivered or refused within this (retries included), so a broker outage
-    # shorter than it delays the batch, and a longer one fails the task.
-    "message.timeout.ms": 120_000,
+    "message.timeout.ms": MESSAGE_TIMEOUT_MS,
 }
-FLUSH_TIMEOUT_S = 150.0  # past message.timeout.ms: every record has its outcome by then
+FLUSH_MARGIN_S = 30.0  # past message.timeout.ms: every record has its outcome by then
 # A transaction left open by a killed task blocks read_committed consumers of its partitions
-# until its id is used again (the job's restart) or the broker aborts it after this; it must
-# cover message.timeout.ms (librdkafka refuses less) and stay under the broker's
-# transaction.max.timeout.ms (15 minutes by default).
-TRANSACTION_TIMEOUT_MS = 180_000
+# until its id is used again (the job's restart) or the broker aborts it after
+# Settings.output_transaction_timeout_ms; it must cover message.timeout.ms (librdkafka refuses
+# less) and stay under the broker's transaction.max.timeout.ms (15 minutes by default). A test
+# scales it down, and the records' delivery timeout with it (:func:`transaction_timeouts`).
 TRANSACTIONAL_TUNING = {
-    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
     # A task's new producer connects at once to every broker its first metadata names. With
     # sparse connections (librdkafka's default) it drops its bootstrap connection on learning the
     # brokers, connects to none, and finds no broker to ask for its producer id until its
@@ -86,7 +94,18 @@ TRANSACTIONAL_TUNING = {
 TRANSACTION_CALL_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 20.0
 CALL_RETRIES = 10
-FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FATAL)
+# The fatal errors of a transactional producer, by cause (:func:`classify`). A broker that aborts
+# a transaction past its timeout bumps the producer's epoch, as a newer producer of the id does:
+# the producer sees the same codes, and only how long its transaction was open tells them apart.
+FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+AUTHORIZATION_CODES = (
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+)
+UNSUPPORTED_CODES = (
+    KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    KafkaError.INVALID_TRANSACTION_TIMEOUT,
+)
 COORDINATOR_MOVING = (
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
@@ -109,14 +128,112 @@ class TransactionsUnavailable(JobError):
     """The broker cannot run the transactions that output_transactions=on asks for."""
 
 
-class OutputFenced(OutputNotDelivered):
+class FatalOutputError(OutputNotDelivered):
+    """A transactional producer's fatal error whose cause a restart would meet again: its
+    transaction is aborted (nothing of it is seen) and the runner stops the job with
+    :attr:`exit_code` instead of restarting it. The message starts with ``[condition]``, a
+    stable code like PySpark's error classes: the task's error reaches the driver as the text
+    of a Python exception inside a JVM one, and the runner recognises the condition there
+    (:func:`fatal_condition`), never the wording. Each subclass says the remedy."""
+
+    condition: ClassVar[str] = "OUTPUT_FATAL"
+    exit_code: ClassVar[int] = 1
+    remedy: ClassVar[str] = ""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"[{self.condition}] {detail}; {self.remedy}")
+
+
+class OutputFenced(FatalOutputError):
     """A newer attempt of this task took its transactional id (another copy of the job on the
     same checkpoint): this one's transaction is aborted, nothing of it is seen."""
 
+    condition = "OUTPUT_FENCED"
+    exit_code = 2
+    remedy = ("another producer took the id (a newer attempt of this task, in another copy of the job on the same "
+              "checkpoint), so this transaction is aborted")
+
+
+class OutputNotAuthorized(FatalOutputError):
+    """The broker refuses this client a transactional id, its consumer group or an output topic."""
+
+    condition = "OUTPUT_NOT_AUTHORIZED"
+    exit_code = 3
+    remedy = ("the broker's ACLs refuse the job's principal: grant it Write and Describe on the transactional ids "
+              "prefixed 'streamstate.', Read on the consumer groups prefixed 'streamstate.' and Write on the output "
+              "topics (kafka-acls.sh --resource-pattern-type prefixed), or set STREAMSTATE_OUTPUT_TRANSACTIONS=off to "
+              "write at least once")
+
+
+class OutputTransactionTimedOut(FatalOutputError):
+    """The broker aborted the task's transaction, open longer than its timeout."""
+
+    condition = "OUTPUT_TRANSACTION_TIMED_OUT"
+    exit_code = 4
+    remedy = ("the broker aborts a transaction open longer than STREAMSTATE_OUTPUT_TRANSACTION_TIMEOUT_MS (bumping the "
+              "producer's epoch, which librdkafka reports as fencing; no other producer of the id committed the batch), and a task's "
+              "transaction is open while it writes its rows of the batch: lower STREAMSTATE_MAX_OFFSETS_PER_TRIGGER so "
+              "that a batch's writes fit in it, or raise the timeout (at most the broker's transaction.max.timeout.ms)")
+
+
+class OutputTransactionsUnsupported(FatalOutputError):
+    """The broker cannot run the transactions as the job asks for them."""
+
+    condition = "OUTPUT_TRANSACTIONS_UNSUPPORTED"
+    exit_code = 5
+    remedy = ("the broker cannot run these transactions (a broker too old for them, or a transaction timeout above "
+              "its transaction.max.timeout.ms): upgrade the broker, lower STREAMSTATE_OUTPUT_TRANSACTION_TIMEOUT_MS, or "
+              "set STREAMSTATE_OUTPUT_TRANSACTIONS=off to write at least once")
+
+
+FATAL_CONDITIONS: dict[str, type[FatalOutputError]] = {
+    kind.condition: kind for kind in (OutputFenced, OutputNotAuthorized, OutputTransactionTimedOut, OutputTransactionsUnsupported)
+}
+_CONDITION = re.compile(r"\[(OUTPUT_[A-Z_]+)\]")
+
+
+def fatal_condition(error: object) -> type[FatalOutputError] | None:
+    """The fatal output condition a failed query's error carries (None: none), from the
+    ``[CONDITION]`` code its text holds wherever the JVM put the Python error's text."""
+    if isinstance(error, FatalOutputError):
+        return type(error)
+    for code in _CONDITION.findall(str(error)):
+        if code in FATAL_CONDITIONS:
+            return FATAL_CONDITIONS[code]
+    return None
+
 
 def is_fenced(error: object) -> bool:
-    """Whether a failed query's output was fenced: the task's error crossed the JVM as text."""
-    return isinstance(error, OutputFenced) or OutputFenced.__name__ in str(error)
+    """Whether a failed query's output was fenced by another copy of the job."""
+    return fatal_condition(error) is OutputFenced
+
+
+def classify(error: KafkaError, open_s: float | None = None, timeout_ms: int | None = None) -> type[FatalOutputError] | None:
+    """The fatal condition of a transactional producer's error (None: not one a restart would
+    meet again). ``open_s``: how long the producer's transaction had been open; the broker
+    aborts one open past ``timeout_ms`` by bumping the producer's epoch, which the producer
+    sees as fencing: a transaction open that long timed out, a younger one was fenced."""
+    code = error.code()
+    if code in AUTHORIZATION_CODES:
+        return OutputNotAuthorized
+    if code in UNSUPPORTED_CODES:
+        return OutputTransactionsUnsupported
+    if code in FENCED_CODES:
+        if open_s is not None and timeout_ms is not None and open_s * 1000 >= timeout_ms:
+            return OutputTransactionTimedOut
+        return OutputFenced
+    return None
+
+
+def kafka_error(exc: BaseException | None) -> KafkaError | None:
+    """The KafkaError behind ``exc``: a KafkaException's, or, for the SystemError confluent-kafka
+    raises when it calls a delivery callback with a fatal error already raised, the one in its context."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return exc.args[0]
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 @dataclass(frozen=True)
@@ -181,7 +298,8 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
 
     With ``transactions`` each task writes its rows in one Kafka transaction and a task of a
     batch that had committed writes nothing again (its rows are still counted in the summary)."""
-    config = producer_config(settings, **{key.replace(".", "__"): value for key, value in WRITER_TUNING.items()})
+    tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
+    config = producer_config(settings, **{key.replace(".", "__"): value for key, value in tuning.items()})
     group_config = connection(settings)
     plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds)  # a plain dict pickles
 
@@ -208,14 +326,51 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
 
 
 
+def transaction_timeouts(settings: Any) -> dict[str, int]:
+    """The transactional producers' ``transaction.timeout.ms`` and a record's delivery timeout
+    within it: librdkafka refuses a message.timeout.ms above the transaction's, and a record
+    still retried when the broker aborts its transaction would be retried for nothing."""
+    timeout_ms = int(settings.output_transaction_timeout_ms)
+    return {
+        "transaction.timeout.ms": timeout_ms,
+        "message.timeout.ms": min(MESSAGE_TIMEOUT_MS, timeout_ms * 2 // 3),
+    }
+
+
+# Admission control, as Kafka Streams bounds a transaction by its commit interval: a batch's
+# records are bounded so that its tasks' transactions, open while they write its rows, end
+# well within their timeout. Sized from the sessions job's throughput with transactions on,
+# compute included (README, Delivery guarantees, "Cost": 89.4k events/s on 2 cores, 2026-11-27),
+# so that a whole batch of it takes a quarter of the timeout: its write alone takes far less,
+# and the margin covers a slower machine or a heavier job.
+MEASURED_RECORDS_PER_S = 89_400
+TIMEOUT_SHARE = 4
+
+
+def records_per_batch(settings: Any) -> int | None:
+    """Input records a micro-batch reads at most: ``max_offsets_per_trigger`` where set, else,
+    with output transactions, the bound sized from their timeout (None: unbounded, at least once)."""
+    if settings.max_offsets_per_trigger is not None:
+        return int(settings.max_offsets_per_trigger)
+    if settings.output_transactions == "off":
+        return None
+    return max(1, settings.output_transaction_timeout_ms * MEASURED_RECORDS_PER_S // 1000 // TIMEOUT_SHARE)
+
+
 Group = tuple[str, str | None, str | None, str | None]  # kind, alert kind, dead-letter stage, counter
 
 
 def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Output) -> tuple[dict[Group, list[int]], list[tuple[str, str]]]:
-    """Produce a task's rows; return its (rows, total) per group and the payloads the plan's gauges read."""
+    """Produce a task's rows; return its (rows, total) per group and the payloads the plan's gauges read.
+
+    An output that :attr:`~_Output.drains` gets every row of the task before its first record:
+    its transaction then opens once the rows are computed and is open only while it writes them,
+    whatever the computing took (the stateful operator's rows arrive as it computes them)."""
     groups: dict[Group, list[int]] = {}
     read: list[tuple[str, str]] = []
     try:
+        if output.drains:
+            batches = iter(list(batches))  # Arrow batches of the batch's output rows: compact, bounded by the batch's size
         for batch in batches:
             plan.check(batch)
             for kind, key, payload in zip(*(python_values(batch.column(name)) for name in ("kind", "key", "payload")), strict=True):
@@ -253,6 +408,7 @@ class _Delivery:
     def __init__(self) -> None:
         self.sent = self.acknowledged = self.failed = 0
         self.first_errors: list[str] = []
+        self.errors: list[KafkaError] = []
 
     def __call__(self, error, message) -> None:
         if error is None:
@@ -261,18 +417,25 @@ class _Delivery:
         self.failed += 1
         if len(self.first_errors) < 3:
             self.first_errors.append(f"{message.topic()}: {error}")
+            self.errors.append(error)
 
-    def check(self, unflushed: int) -> None:
+    def check(self, unflushed: int, waited_s: float, fatal=None) -> None:
+        """Raise unless every record was acknowledged: ``fatal(error)`` (if given) names the
+        condition of a refusal that a retry would meet again."""
         if self.failed or unflushed or self.acknowledged != self.sent:
-            raise OutputNotDelivered(
+            detail = (
                 f"{self.acknowledged} of {self.sent} records acknowledged, {self.failed} refused, {unflushed} still "
-                f"queued after {FLUSH_TIMEOUT_S:.0f} s" + (f": {'; '.join(self.first_errors)}" if self.first_errors else "")
+                f"queued after {waited_s:.0f} s" + (f": {'; '.join(self.first_errors)}" if self.first_errors else "")
             )
+            kinds = [kind for kind in map(fatal or (lambda _: None), self.errors) if kind is not None]
+            raise kinds[0](detail) if kinds else OutputNotDelivered(detail)
 
 
 class _Output:
     """A task's records, at least once: produced with the worker's shared producer, the task
-    done when every one is acknowledged."""
+    done when every one is acknowledged. Its records go out as its rows are computed."""
+
+    drains = False
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
@@ -299,29 +462,42 @@ class _Output:
             except BufferError:  # the local queue is full: let deliveries drain it
                 self.producer.poll(0.05)
             except KafkaException as error:
-                raise OutputNotDelivered(f"producing to {topic}: {error}") from error
+                raise self.failure(error, f"producing to {topic}") from error
+
+    def failure(self, exc: BaseException, what: str) -> BaseException:
+        """What the task fails with when a call of its producer raised ``exc``."""
+        return OutputNotDelivered(f"{what}: {exc}")
 
     def poll(self) -> None:
         if self.producing is not None:
             self.producing.poll(0)  # serve delivery reports as they come, not all at the end
 
+    @property
+    def flush_timeout_s(self) -> float:
+        """Past the records' delivery timeout: every record has its outcome by then."""
+        return int(self.config.get("message.timeout.ms", MESSAGE_TIMEOUT_MS)) / 1000 + FLUSH_MARGIN_S
+
     def finish(self) -> None:
         if self.producing is not None:
-            self.delivery.check(self.producing.flush(FLUSH_TIMEOUT_S))
+            self.delivery.check(self.producing.flush(self.flush_timeout_s), self.flush_timeout_s)
 
     def abandon(self) -> None:
         """The task failed: records already sent are out (at least once), nothing to undo."""
 
 
 class _TransactionalOutput(_Output):
-    """A task's records in one transaction, begun at its first record (a task without rows
-    writes nothing) and committed with the batch id; none when the batch was committed before.
+    """A task's records in one transaction, begun at its first record once all its rows are
+    computed (:attr:`drains`: the transaction is open only while the task writes, so the time
+    its rows take to compute never counts against the transaction's timeout; a task without
+    rows writes nothing) and committed with the batch id; none when the batch was committed before.
 
     Every task starts a producer of its own for the transactional id: ``init_transactions``
     then fences whatever attempt of the partition came before (a crashed run's, a task of a
     stopped run still flushing, a stuck old driver's), so the newest attempt is the one that can
     commit, and the committed batch it reads after that is the broker's latest. A producer kept
     between tasks would go stale: Spark runs a partition's task in any free Python worker."""
+
+    drains = True
 
     def __init__(self, config: ClientConfig, group_config: ClientConfig, transactions: BatchTransactions) -> None:
         super().__init__(config)
@@ -350,7 +526,8 @@ class _TransactionalOutput(_Output):
 
         def start() -> None:
             try:
-                client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config)
+                client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config,
+                                                    self.transactions.batch_id)
                 starting.set_result((client, client.committed_batch() >= self.transactions.batch_id))
             except BaseException as error:  # raised in the task's thread by _begin
                 starting.set_exception(error)
@@ -364,16 +541,47 @@ class _TransactionalOutput(_Output):
             if not self.skipping:
                 _call(client, "begin_transaction", client.producer.begin_transaction)
                 client.open = True
+                client.opened_at = time.monotonic()
             self.client = client
         return self.client
+
+    def failure(self, exc: BaseException, what: str) -> BaseException:
+        """A fatal error of the producer is named by its condition (:func:`classify`), whichever
+        call met it first: ``produce`` says only _FATAL, and poll or flush raise it as the
+        SystemError of the delivery callback confluent-kafka calls next, the error in its context."""
+        client = self.client
+        if client is None:
+            return exc if isinstance(exc, OutputNotDelivered) else OutputNotDelivered(f"{what}: {exc}")
+        error = kafka_error(exc)
+        if error is None or error.code() == KafkaError._FATAL:  # produce() names no cause, a SystemError may not either
+            error = client.fatal_error() or error
+        if error is None:
+            return OutputNotDelivered(f"{what} of transactional id {client.transactional_id}: {exc}")
+        kind = client.classify(error) if error.fatal() else None
+        detail = f"{what} of transactional id {client.transactional_id}: {error.str()}"
+        return kind(detail) if kind is not None else OutputNotDelivered(detail)
 
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
         self._begin()
         if not self.skipping:
-            super().produce(topic, key, payload)
+            try:
+                super().produce(topic, key, payload)
+            except SystemError as exc:  # from a delivery callback served while the local queue was full
+                raise self.failure(exc, f"producing to {topic}") from exc
+
+    def poll(self) -> None:
+        try:
+            super().poll()
+        except (KafkaException, SystemError) as exc:
+            raise self.failure(exc, "delivering records") from exc
 
     def finish(self) -> None:
-        super().finish()  # every record acknowledged (written, not yet visible), or the task fails
+        try:
+            if self.producing is not None:  # every record acknowledged (written, not yet visible), or the task fails
+                waited = self.flush_timeout_s
+                self.delivery.check(self.producing.flush(waited), waited, self._begin().classify)
+        except (KafkaException, SystemError) as exc:
+            raise self.failure(exc, "delivering records") from exc
         if self.producing is not None:
             self.commit()
 
@@ -403,14 +611,57 @@ class _TransactionalClient:
     producer: Producer
     group: Consumer
     marker: str
+    timeout_ms: int
+    errors: list[KafkaError]  # the producer's error_cb: fatal errors where confluent-kafka reports them so
     open: bool = False
+    opened_at: float | None = None  # time.monotonic() at begin_transaction
+    batch_id: int = -1  # the batch its transaction writes
 
     @classmethod
-    def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig) -> _TransactionalClient:
-        producer = _transactional_producer(config, transactional_id)
-        client = cls(transactional_id, producer, _group(transactional_id, group_config), marker)
+    def start(cls, transactional_id: str, marker: str, config: ClientConfig, group_config: ClientConfig,
+              batch_id: int = -1) -> _TransactionalClient:
+        errors: list[KafkaError] = []
+        producer = _transactional_producer({**config, "error_cb": errors.append}, transactional_id)
+        timeout_ms = int(config.get("transaction.timeout.ms", 60_000))  # librdkafka's default
+        client = cls(transactional_id, producer, _group(transactional_id, group_config), marker, timeout_ms, errors, batch_id=batch_id)
         _call(client, "init_transactions", lambda: producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S))
         return client
+
+    def classify(self, error: KafkaError) -> type[FatalOutputError] | None:
+        """:func:`classify` with how long this client's transaction has been open; a transaction
+        open past its timeout was fenced all the same when another producer of the id has
+        committed its batch since (a stuck old driver's task woken after a new copy took over)."""
+        open_s = time.monotonic() - self.opened_at if self.opened_at is not None else None
+        kind = classify(error, open_s, self.timeout_ms)
+        if kind is OutputTransactionTimedOut and self._committed_by_another():
+            return OutputFenced
+        return kind
+
+    def _committed_by_another(self) -> bool:
+        """Whether the id's committed batch is this client's (it never committed it: another did)."""
+        if self.batch_id < 0:
+            return False
+        try:
+            offset = self.group.committed([TopicPartition(self.marker, 0)], timeout=PROBE_TIMEOUT_S)[0].offset
+        except KafkaException:
+            return False
+        return offset - 1 >= self.batch_id
+
+    def fatal_error(self) -> KafkaError | None:
+        """The producer's fatal error, if it has one: from its error_cb, else from the call that
+        reports it to every caller once the producer is done (this aborts an open transaction,
+        which a producer asked this has failed anyway)."""
+        for error in self.errors:
+            if error.fatal():
+                return error
+        try:
+            self.producer.abort_transaction(1.0)
+        except KafkaException as exc:
+            error = exc.args[0]
+            return error if error.fatal() else None
+        finally:
+            self.open = False
+        return None
 
     def committed_batch(self) -> int:
         """The last batch the id committed (-1: none); read_committed makes the fetch wait out
@@ -429,11 +680,6 @@ class _TransactionalClient:
             pass
 
 
-def _fenced(error: KafkaError) -> bool:
-    """An error after which the producer is done: another producer took its transactional id."""
-    return error.fatal() or error.code() in FENCED_CODES
-
-
 def _call(client: _TransactionalClient, what: str, action) -> None:
     """One transactional call, retried while Kafka says a retry may succeed (a new group's
     coordinator, still loading or moved, answers so too)."""
@@ -446,11 +692,9 @@ def _call(client: _TransactionalClient, what: str, action) -> None:
             if (error.retriable() or error.code() in COORDINATOR_MOVING) and attempt < CALL_RETRIES - 1:
                 time.sleep(min(0.05 * 2**attempt, 2.0))
                 continue
-            if _fenced(error):
-                raise OutputFenced(
-                    f"{what} of transactional id {client.transactional_id}: {error.str()}; another producer took the id (a newer "
-                    "attempt of this task, in another copy of the job on the same checkpoint), so this transaction is aborted"
-                ) from exc
+            kind = client.classify(error) if error.fatal() or error.code() in FENCED_CODES else None
+            if kind is not None:
+                raise kind(f"{what} of transactional id {client.transactional_id}: {error.str()}") from exc
             if client.open:
                 client.abort()
             raise OutputNotDelivered(f"{what} of transactional id {client.transactional_id}: {error.str()}") from exc

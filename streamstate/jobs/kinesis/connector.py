@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
+from streamstate.jobs.kafka.partition_writer import records_per_batch
 from streamstate.jobs.kinesis.datasource import SHORT_NAME, KinesisDataSource
 from streamstate.settings import Settings
 
@@ -19,14 +20,15 @@ def read_kinesis(
     """A streaming DataFrame of the stream's records (:data:`~streamstate.jobs.kinesis.arrow_batches.KINESIS_SCHEMA`).
 
     ``endpointUrl`` and ``region`` default to ``settings.kinesis_endpoint_url`` and
-    ``settings.kinesis_region``; ``maxRecordsPerTrigger`` to ``settings.max_offsets_per_trigger``.
+    ``settings.kinesis_region``; ``maxRecordsPerTrigger`` to ``settings.max_offsets_per_trigger``, else to the bound the
+    output transactions' timeout sets (:func:`~streamstate.jobs.kafka.partition_writer.records_per_batch`).
     ``extra_options`` pass through (``startingTimestamp``, ``failOnDataLoss``, ``retryTimeoutMs``, ...).
     """
     spark.dataSource.register(KinesisDataSource)
     options: dict[str, str] = {"streamName": streamName, "startingPosition": startingPosition, "region": settings.kinesis_region}
     if settings.kinesis_endpoint_url:
         options["endpointUrl"] = settings.kinesis_endpoint_url
-    limit = maxRecordsPerTrigger if maxRecordsPerTrigger is not None else settings.max_offsets_per_trigger
+    limit = maxRecordsPerTrigger if maxRecordsPerTrigger is not None else records_per_batch(settings)
     if limit is not None:
         options["maxRecordsPerTrigger"] = str(limit)
     options.update({k: str(v) for k, v in extra_options.items()})
