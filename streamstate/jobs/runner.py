@@ -46,6 +46,7 @@ from streamstate.jobs.declaration import ExtraQuery, JobSpec
 from streamstate.jobs.jvm_recycle import SocketWatch, end_jvm
 from streamstate.jobs.kafka.partition_writer import TransactionsUnavailable, is_fenced, transactions_problem
 from streamstate.jobs.kafka.timestamps import exposed_topics
+from streamstate.jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
@@ -140,7 +141,8 @@ def start_query(
         .foreachBatch(batch_router(settings, job, metrics, before_batch=identity, transactional_query=transactional_query))
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
-    return writer.start()
+    # A record whose Kafka timestamp Spark cannot convert is dead-lettered and skipped (issue 51).
+    return run_past_unreadable_records(writer.start, spark, settings, job, checkpoint, transactional_query, metrics)
 
 
 def exactly_once(settings: Settings) -> bool:
