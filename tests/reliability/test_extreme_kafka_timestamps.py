@@ -89,14 +89,6 @@ def test_unreadable_timestamps_are_refused_by_the_broker_and_the_rest_processed(
     print(f"\nextreme Kafka timestamps: {len(BEYOND)} refused by the broker; {len(produced)} accepted, dead letters {dict(stages)}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 51, open: Spark 4.2's Kafka source converts every record's timestamp while it builds the row "
-        "(KafkaRecordToRowConverter.parseTimestamp, before any projection) and no option skips that, so on a "
-        "topic without the bounds of topics.toml the job stops; see streamstate/jobs/kafka/timestamps.py"
-    ),
-)
 def test_an_unreadable_timestamp_on_a_topic_with_kafkas_defaults_is_a_dead_letter_and_the_jobs_run_on(
     spark, bootstrap, pipeline_stack, new_topic
 ):
