@@ -142,7 +142,7 @@ def start_query(
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     # A record whose Kafka timestamp Spark cannot convert is dead-lettered and skipped (issue 51).
-    return run_past_unreadable_records(writer.start, spark, settings, job, checkpoint, transactional_query, metrics)
+    return run_past_unreadable_records(writer.start, spark, settings, job, query.name, checkpoint, transactional_query, metrics)
 
 
 def exactly_once(settings: Settings) -> bool:

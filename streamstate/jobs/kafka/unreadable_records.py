@@ -270,20 +270,21 @@ def write_dead_letter(settings: Any, topic: str, letter: DeadLetter, transaction
 # --------------------------------------------------------------------------- the query
 @dataclass
 class Skipper:
-    """What a query needs to skip a record: its checkpoint, the dead-letter topic, the output
-    transactions' id prefix (None: at least once) and the job's metrics, if any."""
+    """What a query needs to skip a record: its checkpoint, the dead-letter topic (None: the query
+    skips the record without one, as a job's extra queries drop the bad records its own query
+    dead-letters), the output transactions' id prefix (None: at least once) and the job's metrics."""
 
     spark: SparkSession
     settings: Any
     checkpoint: str
-    dead_letter_topic: str
+    dead_letter_topic: str | None
     transactional_prefix: Callable[[], str] | None = None
     metrics: Any = None
 
     def skip(self, record: UnreadableRecord) -> OffsetLogEdit:
         files = CheckpointFiles(self.spark, self.checkpoint)
         edit = plan_skip(files, record)
-        if edit.skips:
+        if edit.skips and self.dead_letter_topic is not None:
             letter = dead_letter(record, *read_record(self.settings, record))
             prefix = self.transactional_prefix() if self.transactional_prefix is not None else None
             transactional_id = f"{prefix}.unreadable.{record.topic}.{record.partition}.{record.offset}" if prefix else None
@@ -334,7 +335,8 @@ class RunPastUnreadableRecords(StreamingQuery):
                     log.warning(
                         "query %s: skipped %s, whose Kafka timestamp %d ms Spark's Kafka source cannot convert (it would "
                         "fail every restart): the record is on %s as a dead letter, and the checkpoint's %s; restarting",
-                        self._what, record, record.timestamp_ms, self._skipper.dead_letter_topic, edit,
+                        self._what, record, record.timestamp_ms, self._skipper.dead_letter_topic or "the job's dead-letter topic "
+                        "(its own query writes it)", edit,
                     )
                 else:
                     log.warning(
@@ -395,13 +397,15 @@ def run_past_unreadable_records(
     spark: SparkSession,
     settings: Any,
     job: JobSpec,
+    query: str,
     checkpoint: str,
     transactional_prefix: Callable[[], str] | None = None,
     metrics: Any = None,
 ) -> StreamingQuery:
-    """``start()``'s query, as a :class:`RunPastUnreadableRecords` when it reads Kafka; its dead
-    letters go to the job's dead-letter topic, in its output transactions when it has them."""
+    """``start()``'s query (``job``'s query named ``query``), as a :class:`RunPastUnreadableRecords`
+    when it reads Kafka. The job's own query writes the dead letters, to the job's dead-letter
+    topic, in its output transactions when it has them; an extra query only skips the record."""
     if settings.source != "kafka":
         return start()
-    topic = job.output_topics(settings).get(Kind.DEAD_LETTER, settings.topic_dead_letters)
+    topic = job.output_topics(settings).get(Kind.DEAD_LETTER, settings.topic_dead_letters) if query == job.name else None
     return RunPastUnreadableRecords(start, Skipper(spark, settings, checkpoint, topic, transactional_prefix, metrics))
