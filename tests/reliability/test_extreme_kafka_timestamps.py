@@ -9,7 +9,8 @@ it after every restart: one record would stop a job for good. The input topics, 
 producer (and one before 1582, which Spark would shift by the Julian calendar: measured, a
 dead letter then carried a time 2,102 days off); every timestamp the broker accepts
 (negative, 1, a century behind, ~285,000 years ahead) is processed or dead-lettered by the jobs exactly as the reference says, and the jobs
-run on. A topic created with Kafka's defaults is named in a warning at job start.
+run on. A topic created with Kafka's defaults is named in a warning at job start; on such a
+topic a record Spark cannot read is a dead letter and is skipped, and the jobs run on (issue 51).
 """
 
 from __future__ import annotations
