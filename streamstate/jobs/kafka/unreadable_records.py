@@ -304,8 +304,9 @@ class RunPastUnreadableRecords(StreamingQuery):
 
     The failure is handled when the query is looked at (``isActive``, ``exception()``,
     ``awaitTermination()``, ``processAllAvailable()``), so what a caller sees of the query never
-    includes it. Any other failure, or a skip that cannot be made (:class:`CannotSkip`: logged
-    with its reason), is left as Spark reported it."""
+    includes it. Any other failure, or a skip that cannot be made (:class:`CannotSkip`, or the
+    broker unreachable: logged with its reason), is left as Spark reported it, for the runner's
+    restart with backoff, whose next query tries the skip again."""
 
     def __init__(self, start: Callable[[], StreamingQuery], skipper: Skipper) -> None:
         super().__init__(start()._jsq)
@@ -326,10 +327,14 @@ class RunPastUnreadableRecords(StreamingQuery):
                     log.error("query %s: failed again on %s after it was skipped; the failure stands", self._what, record)
                     return
                 try:
+                    self._jsq.awaitTermination()  # until Spark has let go of the query and its checkpoint: it raises the failure
+                except Exception:  # noqa: BLE001, S110 - the failure being handled
+                    pass
+                try:
                     edit = self._skipper.skip(record)
-                except CannotSkip as exc:
-                    log.error("query %s cannot skip %s, whose Kafka timestamp %d ms Spark cannot read: %s",
-                              self._what, record, record.timestamp_ms, exc)
+                except Exception as exc:  # noqa: BLE001 - e.g. the broker unreachable: the failure stands, a restart tries again
+                    log.error("query %s cannot skip %s, whose Kafka timestamp %d ms Spark cannot read, so its failure stands: %s",
+                              self._what, record, record.timestamp_ms, exc, exc_info=not isinstance(exc, CannotSkip))
                     return
                 if edit.skips:
                     log.warning(
@@ -345,10 +350,10 @@ class RunPastUnreadableRecords(StreamingQuery):
                         self._what, record, record.timestamp_ms, edit,
                     )
                 try:
-                    self._jsq.awaitTermination()  # until Spark has let go of the query: it raises its failure
-                except Exception:  # noqa: BLE001, S110 - the failure being handled
-                    pass
-                self._jsq = self._start()._jsq
+                    self._jsq = self._start()._jsq
+                except Exception:  # noqa: BLE001 - the failed query stays, for its caller to handle as any failure
+                    log.exception("query %s could not be started again after the skip", self._what)
+                    return
 
     @property
     def _what(self) -> str:
