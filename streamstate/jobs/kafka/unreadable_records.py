@@ -14,7 +14,7 @@ query fails with that error it
    once: in a Kafka transaction that also commits a marker, an offset of a consumer group named
    after the query and the record, and nothing when the marker shows it was written before;
 2. makes Spark skip exactly that record by editing the checkpoint's offset log
-   (:func:`skip_in_offset_log`), through Hadoop's FileSystem and Spark's own atomic writes, as
+   (:func:`plan_skip`, :func:`apply_edit`), through Hadoop's FileSystem and Spark's own atomic writes, as
    the job's other checkpoint files;
 3. starts the query again, and is from then on the new query for its callers: the same object
    stays active and reports no exception.
