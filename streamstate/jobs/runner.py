@@ -63,6 +63,7 @@ from streamstate.jobs.kafka.partition_writer import (
     transactions_problem,
 )
 from streamstate.jobs.kafka.timestamps import exposed_topics
+from streamstate.jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate.jobs.lost_input import is_source_reset
 from streamstate.jobs.outage import BrokerWatch, failure_message
 from streamstate.settings import Settings
@@ -158,7 +159,8 @@ def start_query(
         .foreachBatch(batch_router(settings, job, metrics, before_batch=identity, transactional_query=transactional_query))
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
-    return writer.start()
+    # A record whose Kafka timestamp Spark cannot convert is dead-lettered and skipped (issue 51).
+    return run_past_unreadable_records(writer.start, spark, settings, job, query.name, checkpoint, transactional_query, metrics)
 
 
 def exactly_once(settings: Settings) -> bool:

@@ -9,7 +9,8 @@ it after every restart: one record would stop a job for good. The input topics, 
 producer (and one before 1582, which Spark would shift by the Julian calendar: measured, a
 dead letter then carried a time 2,102 days off); every timestamp the broker accepts
 (negative, 1, a century behind, ~285,000 years ahead) is processed or dead-lettered by the jobs exactly as the reference says, and the jobs
-run on. A topic created with Kafka's defaults is named in a warning at job start.
+run on. A topic created with Kafka's defaults is named in a warning at job start; on such a
+topic a record Spark cannot read is a dead letter and is skipped, and the jobs run on (issue 51).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from confluent_kafka import KafkaError, Producer
 from streamstate.jobs.kafka.timestamps import SPARK_LIMIT_MS, exposed_topics
 from tests.reference_rules import SourceRecord
 from tests.scenario import (
-    build_scenario, differences, produce_scenario, read_outputs, run_jobs_in_process, start_jobs_in_process,
+    build_scenario, differences, produce_scenario, read_outputs, read_topic, run_jobs_in_process, start_jobs_in_process,
 )
 
 pytestmark = pytest.mark.spark
@@ -89,14 +90,6 @@ def test_unreadable_timestamps_are_refused_by_the_broker_and_the_rest_processed(
     print(f"\nextreme Kafka timestamps: {len(BEYOND)} refused by the broker; {len(produced)} accepted, dead letters {dict(stages)}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 51, open: Spark 4.2's Kafka source converts every record's timestamp while it builds the row "
-        "(KafkaRecordToRowConverter.parseTimestamp, before any projection) and no option skips that, so on a "
-        "topic without the bounds of topics.toml the job stops; see streamstate/jobs/kafka/timestamps.py"
-    ),
-)
 def test_an_unreadable_timestamp_on_a_topic_with_kafkas_defaults_is_a_dead_letter_and_the_jobs_run_on(
     spark, bootstrap, pipeline_stack, new_topic
 ):
@@ -136,3 +129,38 @@ def test_an_unreadable_timestamp_on_a_topic_with_kafkas_defaults_is_a_dead_lette
         for query in queries:
             query.stop()
     assert str(SPARK_LIMIT_MS + 1) in letter.reason and "timestamp" in letter.reason
+
+
+def test_a_jobs_extra_query_skips_an_unreadable_timestamp_and_leaves_its_dead_letter_to_the_jobs_own_query(
+    spark, bootstrap, pipeline_stack, new_topic
+):
+    """The sessions job's event-counts query reads the same input: it skips the record as well and
+    reads on, and writes no dead letter (the job's own query writes the one)."""
+    from streamstate.jobs.checkpoints import CheckpointFiles
+    from streamstate.jobs.registry import JOBS
+    from streamstate.jobs.runner import start_query
+
+    plain = new_topic(1, "plain-counts", {"retention.ms": "-1"})
+    settings = pipeline_stack.settings.model_copy(update={"topic_user_events": plain})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, stamp in enumerate([NOW, SPARK_LIMIT_MS + 1, NOW]):
+        event = {"event_id": f"e{i}", "user_id": "u1", "type": "page_view", "ts": NOW - 1_000 + i}
+        producer.produce(plain, b"u1", json.dumps(event).encode(), partition=0, timestamp=stamp)
+        producer.flush(30)
+    del producer
+
+    job = JOBS["sessions"]
+    (extra,) = job.extra_queries
+    checkpoint = f"{settings.checkpoint(job.name)}-{extra.name}"
+    query = start_query(spark, settings, job, checkpoint, extra, available_now=True)
+    try:
+        query.awaitTermination(240)
+        assert query.exception() is None and not query.isActive
+        assert [p["numInputRows"] for p in query.recentProgress] == [1], "the last run read the record after it"
+    finally:
+        query.stop()
+    # Batch 0 was cut to [0, 1) and committed; batch 1 failed on offset 1, so batch 0's end moved past it.
+    files = CheckpointFiles(spark, checkpoint)
+    ends = [json.loads((files.read(f"offsets/{b}") or "").split("\n")[2])[plain]["0"] for b in (0, 1)]
+    assert ends == [2, 3] and sorted(files.batches("commits")) == [0, 1]
+    assert read_topic(bootstrap, settings.topic_dead_letters) == []

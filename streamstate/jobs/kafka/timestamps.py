@@ -18,11 +18,11 @@ Why the job cannot read around such a record (Spark 4.2.0's connector, read in i
 row (``parseTimestamp``: ``DateTimeUtils.fromJavaTimestamp(new java.sql.Timestamp(ms))``, an
 ArithmeticException turned into ``KafkaIllegalStateException``), before any projection, so no
 choice of columns, ``includeHeaders`` or cast avoids it, and the source refuses
-``kafka.interceptor.classes``, the one client hook that could rewrite a record. A topic
-without the bounds (an existing one, or one made with Kafka's defaults) still stops the job
-on such a record: issue 51, open (``tests/reliability/test_extreme_kafka_timestamps.py`` pins
-it as a strict xfail). Dead-lettering it needs a source that reads the timestamp as a long,
-or a runner that skips the offset the error names.
+``kafka.interceptor.classes``, the one client hook that could rewrite a record. On a topic
+without the bounds (an existing one, or one made with Kafka's defaults) the query fails on such
+a record, and :mod:`streamstate.jobs.kafka.unreadable_records` dead-letters it, skips that one
+offset through the checkpoint's offset log and starts the query again (issue 51); the bounds
+still spare the jobs those restarts, and the Julian shift.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def exposed_reason(config: dict[str, str], now_ms: int) -> str | None:
         return None
     return (
         f"message.timestamp.after.max.ms={after} and before.max.ms={before} let a producer set a timestamp after "
-        f"{SPARK_LIMIT_MS} ms, which Spark's Kafka source cannot convert (one such record would fail every batch "
-        "that reads it), or before 1582-10-15, which it shifts by the Julian calendar. Set after.max.ms to "
+        f"{SPARK_LIMIT_MS} ms, which Spark's Kafka source cannot convert (the query fails on such a record; the job "
+        "dead-letters it, skips it and restarts the query), or before 1582-10-15, which it shifts by the Julian calendar. Set after.max.ms to "
         "9000000000000000 and before.max.ms to 3155760000000 (100 years) or less, as infra/kafka/topics.toml does, "
         "or message.timestamp.type=LogAppendTime"
     )
