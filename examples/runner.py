@@ -40,6 +40,8 @@ def read_json_topic(
     caps each micro-batch (Kafka's ``maxOffsetsPerTrigger``). ``kafka_options`` go to Spark's
     Kafka source as they are (``**{"kafka.security.protocol": "SASL_SSL"}``).
     """
+    if not isinstance(bootstrap_servers, str):
+        raise TypeError(f"bootstrap_servers is the brokers' host:port list as text, got {type(bootstrap_servers).__name__}")
     options = {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic, "startingOffsets": "earliest", **kafka_options}
     if records_per_batch is not None:
         options["maxOffsetsPerTrigger"] = str(records_per_batch)

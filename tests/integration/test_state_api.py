@@ -213,7 +213,7 @@ def test_a_timer_call_that_raises_is_retried_with_no_new_data_as_the_tester_retr
         [("clock", 9_000)],  # watermark 9 s, the call no longer raises: a is called again
     ]
     spec = timer_scenario(kind, broken)
-    df = read_json_topic(spark, settings, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
     collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
     reference = StateTester(spec)
     try:
