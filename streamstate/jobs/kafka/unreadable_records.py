@@ -50,6 +50,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate.contracts import DeadLetter, dead_letter_text
+from streamstate.errors import SourceError
 from streamstate.jobs.checkpoints import CheckpointFiles
 from streamstate.jobs.declaration import JobSpec
 from streamstate.jobs.kafka.partition_writer import TRANSACTIONAL_TUNING
@@ -102,7 +103,7 @@ def unreadable_record(error: object) -> UnreadableRecord | None:
     return UnreadableRecord(found["topic"], int(found["partition"]), int(found["offset"]), int(found["timestamp"]))
 
 
-class CannotSkip(RuntimeError):
+class CannotSkip(SourceError, RuntimeError):
     """The checkpoint does not have the shape the skip relies on: the failure stands."""
 
 
