@@ -50,7 +50,7 @@ def produce(self, topic: str, key: str | None, payload: str | None) -> None:
     _produce(self, topic, key, payload)
     if topic != os.environ.get(STALL_TOPIC_ENV) or self.producing is None or MARKER.exists():
         return
-    self.delivery.check(self.producing.flush(partition_writer.FLUSH_TIMEOUT_S))
+    self.delivery.check(self.producing.flush(self.flush_timeout_s), self.flush_timeout_s)
     try:
         with MARKER.open("x") as marker:
             marker.write(f"task {self.partition} of batch {self.transactions.batch_id} stalled with {self.delivery.sent} "
