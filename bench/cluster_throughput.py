@@ -8,7 +8,7 @@
 2. ``local[2]``: a SparkSession in this process, one ``availableNow`` run of the sessions
    job over the whole topic (fresh checkpoint and output topics);
 3. ``cluster``: a standalone master and two 1-core workers from the PySpark installation
-   (:mod:`streamstate.stack.standalone`), a driver in this process with ``--master spark://``
+   (:mod:`infra.spark.standalone`), a driver in this process with ``--master spark://``
    and the project's wheel shipped to the executors; the same run on the same topic;
 4. prints rows/s of both (rows / the batch's ``triggerExecution``, SparkSession start-up
    excluded) and writes them as JSON with the machine's cores and load average.
