@@ -33,6 +33,25 @@ def visits(key, value, state):
     return ("seen", n, state.watermark_ms)
 
 
+def run_beside_the_tester(spark, settings, bootstrap, topic, spec, batches, tmp_path, before_step=None) -> list:
+    """Each batch of (key, ts) through a live event-time query and through the in-memory tester;
+    the query's rows, once asserted equal, key by key, to the tester's. ``before_step`` maps a
+    batch's index to what to do before it is produced."""
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
+    reference = StateTester(spec)
+    try:
+        for step, batch in enumerate(batches):
+            (before_step or {}).get(step, lambda: None)()
+            produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": ts} for k, ts in batch])
+            collector.settle()
+            reference.run_batch([(k, ts, ts) for k, ts in batch])
+    finally:
+        rows = collector.finish()
+    assert by_key(rows) == by_key(reference.rows)
+    return rows
+
+
 def test_event_time_timeouts_remove_keys_and_late_records_are_dead_lettered(spark, settings, bootstrap, new_topic, tmp_path):
     topic = new_topic()
     batches = [
@@ -42,17 +61,7 @@ def test_event_time_timeouts_remove_keys_and_late_records_are_dead_lettered(spar
         [("d", 60_000)],  # watermark 60 s: keep (new data at 31 s) and c time out
     ]
     spec = StateSpec.function(visits).timeout("10 seconds").event_time(EVENT_TIME, late="dead_letter")
-    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
-    collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
-    reference = StateTester(spec)
-    try:
-        for batch in batches:
-            produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": ts} for k, ts in batch])
-            collector.settle()
-            reference.run_batch([(k, ts, ts) for k, ts in batch])
-    finally:
-        rows = collector.finish()
-    assert by_key(rows) == by_key(reference.rows)
+    rows = run_beside_the_tester(spark, settings, bootstrap, topic, spec, batches, tmp_path)
     outputs = [(r[1], r[2]) for r in kinds(rows, "output") if '"seen"' not in r[2]]
     assert sorted(outputs) == sorted([("a", '["expired",1]'), ("b", '["expired",1]'), ("c", '["expired",2]')])
     dead = kinds(rows, "dead_letter")
@@ -213,19 +222,7 @@ def test_a_timer_call_that_raises_is_retried_with_no_new_data_as_the_tester_retr
         [("clock", 9_000)],  # watermark 9 s, the call no longer raises: a is called again
     ]
     spec = timer_scenario(kind, broken)
-    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
-    collector = RowCollector(map_with_state(df, key="key", spec=spec, value="ts"), str(tmp_path / "cp"))
-    reference = StateTester(spec)
-    try:
-        for step, batch in enumerate(batches):
-            if step == 2:
-                broken.unlink()
-            produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": ts} for k, ts in batch])
-            collector.settle()
-            reference.run_batch([(k, ts, ts) for k, ts in batch])
-    finally:
-        rows = collector.finish()
-    assert by_key(rows) == by_key(reference.rows)
+    rows = run_beside_the_tester(spark, settings, bootstrap, topic, spec, batches, tmp_path, before_step={2: broken.unlink})
     assert by_key(rows)["a"] == [
         ("snapshot", "1000", None),
         ("dead_letter", None, "RuntimeError: timer broke"),
