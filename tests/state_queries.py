@@ -24,32 +24,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 
 from streamstate.state.operators import StateResult
-from streamstate.kafka_clients import producer_config
+from streamstate.testing.kafka import produce
 
 
 def produce_json(bootstrap: str, topic: str, records: Iterable[dict], key_field: str | None = None) -> int:
     """Write ``records`` as JSON values (key = ``record[key_field]``) and wait for delivery."""
-    producer = Producer(producer_config(bootstrap))
-    failures: list[str] = []
-
-    def delivered(error, _message) -> None:
-        if error is not None:
-            failures.append(str(error))
-
-    count = 0
-    for record in records:
-        key = None if key_field is None else str(record[key_field]).encode()
-        producer.produce(topic, value=json.dumps(record).encode(), key=key, on_delivery=delivered)
-        producer.poll(0)
-        count += 1
-    remaining = producer.flush(30)
-    if remaining or failures:
-        raise RuntimeError(f"{remaining} records undelivered to {topic}; errors: {failures[:3]}")
-    return count
+    return produce(bootstrap, topic, ((None if key_field is None else str(r[key_field]), json.dumps(r)) for r in records))
 
 
 def is_connect(df: DataFrame) -> bool:

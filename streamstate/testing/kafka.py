@@ -72,6 +72,26 @@ def _without_reaper_unless_present() -> None:
         testcontainers_config.ryuk_disabled = True
 
 
+def produce(bootstrap_servers: str, topic: str, records: Iterable[Record]) -> int:
+    """Write (key, value) records to ``topic``, each acknowledged (idempotent producer); returns
+    how many; :class:`KafkaTestError` names what was not delivered."""
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5})
+    sent = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, on_delivery=lambda err, _: errors.append(str(err)) if err else None)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
+        sent += 1
+    unsent = producer.flush(60)
+    if unsent or errors:
+        raise KafkaTestError(f"{unsent} of {sent} records to {topic} unsent, errors: {errors[:3]}")
+    return sent
+
+
 @dataclass
 class KafkaBroker:
     """A running broker: where to reach it, and the reads and writes a test needs."""
@@ -94,22 +114,7 @@ class KafkaBroker:
 
     def produce(self, topic: str, records: Iterable[Record]) -> int:
         """Write (key, value) records, each acknowledged; returns how many."""
-        errors: list[str] = []
-        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True, "linger.ms": 5})
-        sent = 0
-        for key, value in records:
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value,
-                                     on_delivery=lambda err, _: errors.append(str(err)) if err else None)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            sent += 1
-        unsent = producer.flush(60)
-        if unsent or errors:
-            raise KafkaTestError(f"{unsent} of {sent} records to {topic} unsent, errors: {errors[:3]}")
-        return sent
+        return produce(self.bootstrap_servers, topic, records)
 
     def read_committed(self, topic: str, timeout_s: float = 60.0) -> list[tuple[bytes | None, bytes | None]]:
         """Every committed (key, value) of ``topic``, as a ``read_committed`` consumer sees it:
