@@ -110,6 +110,17 @@ def _output(settings, transactions: BatchTransactions) -> _TransactionalOutput:
     return _TransactionalOutput(config, connection(settings), transactions)
 
 
+def _finish_failing(output: _TransactionalOutput) -> BaseException:
+    """What the task's writer fails with at its end, aborting its transaction as a failing task does."""
+    with pytest.raises(Exception) as raised:
+        try:
+            output.finish()
+        except BaseException:
+            output.abandon()
+            raise
+    return raised.value
+
+
 def test_a_transaction_that_outlives_its_timeout_fails_as_timed_out_not_as_fenced(short):
     topic = _topic_factory(short.bootstrap_servers)(1)
     output = _output(short, BatchTransactions(f"test.{uuid.uuid4().hex}", 0, topic))
@@ -117,14 +128,9 @@ def test_a_transaction_that_outlives_its_timeout_fails_as_timed_out_not_as_fence
     output.poll()
     time.sleep(TRANSACTION_TIMEOUT_MS / 1000 * 2)  # a write slower than the timeout: the broker aborts the transaction
     output.produce(topic, "k", json.dumps({"n": 2}))
-    with pytest.raises(Exception) as raised:
-        try:
-            output.finish()
-        except BaseException:
-            output.abandon()
-            raise
-    assert "[OUTPUT_TRANSACTION_TIMED_OUT]" in str(raised.value), repr(raised.value)
-    assert "another" not in str(raised.value)
+    failure = _finish_failing(output)
+    assert "[OUTPUT_TRANSACTION_TIMED_OUT]" in str(failure), repr(failure)
+    assert "another" not in str(failure)
     assert _values(short.bootstrap_servers, topic) == []
 
 
@@ -136,13 +142,8 @@ def test_a_transaction_fenced_by_a_newer_producer_of_its_id_fails_as_fenced(shor
     older.poll()
     newer = _output(short, transactions)
     newer.starting.result()  # its init_transactions fenced the older one
-    with pytest.raises(Exception) as raised:
-        try:
-            older.finish()
-        except BaseException:
-            older.abandon()
-            raise
-    assert "[OUTPUT_FENCED]" in str(raised.value), repr(raised.value)
+    failure = _finish_failing(older)
+    assert "[OUTPUT_FENCED]" in str(failure), repr(failure)
     newer.produce(topic, "k", json.dumps({"n": "newer"}))
     newer.finish()
     assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
@@ -162,13 +163,8 @@ def test_a_task_woken_past_its_timeout_after_a_newer_producer_committed_its_batc
     newer.produce(topic, "k", json.dumps({"n": "newer"}))
     newer.finish()
     time.sleep(TRANSACTION_TIMEOUT_MS / 1000 * 1.5)
-    with pytest.raises(Exception) as raised:
-        try:
-            stuck.finish()
-        except BaseException:
-            stuck.abandon()
-            raise
-    assert "[OUTPUT_FENCED]" in str(raised.value), repr(raised.value)
+    failure = _finish_failing(stuck)
+    assert "[OUTPUT_FENCED]" in str(failure), repr(failure)
     assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
 
 # --------------------------------------------------------------------------- a job over a backlog
