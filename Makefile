@@ -5,7 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Every package and its sha256, resolved from pyproject.toml by `make lock`; installs use nothing else.
 LOCK   := requirements.lock
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) Makefile | cksum | cut -d' ' -f1)
+# The workspace's members (pyproject.toml [tool.uv.workspace]): each a folder with its own pyproject.toml.
+MEMBERS := library pipeline spark-jobs services/api producers infra/stack
+MEMBER_NAMES := streamstate streamstate-pipeline streamstate-jobs streamstate-api streamstate-producers streamstate-stack
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(addsuffix /pyproject.toml,$(MEMBERS)) $(LOCK) Makefile | cksum | cut -d' ' -f1)
 # Where checkpoints go (both run Apache Kafka with Spark's Kafka connector): embedded
 # (the local disk) or production (s3a:// in MinIO, as compose): `make run PROFILE=production`.
 PROFILE ?= embedded
@@ -33,12 +36,12 @@ test: setup test-deps deps      ## the whole test suite (CI runs this), a Docker
 	bash infra/docker/with-engine.sh env JAVA_TOOL_OPTIONS="$(TEST_JVM_OPTIONS)" $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 lint: setup                     ## the inner loop's first step: ruff, mypy and the layers' import contracts, as make test runs them (seconds)
-	$(BIN)/ruff check streamstate tests bench examples spark-jobs infra
+	$(BIN)/ruff check $(MEMBERS) tests bench examples infra
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: setup                     ## the inner loop's second: the unit tests (pure logic, no broker, no Spark; under a minute)
-	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) -q
+unit: setup                     ## the inner loop's second: each member's tests and tests/unit (pure logic, no broker, no Spark; under a minute)
+	$(BIN)/pytest $(addsuffix /tests,$(MEMBERS)) tests/unit -n $(TEST_WORKERS) -q
 
 images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs); plain `docker compose` then runs them
 	bash infra/docker/engine.sh start
@@ -56,10 +59,10 @@ deps: broker-deps               ## and MinIO, for s3a:// checkpoints (PROFILE=pr
 	bash infra/deps/install-minio.sh
 
 versions: setup                 ## re-render docker-compose.yml and the Dockerfiles from infra/versions.env
-	$(BIN)/python -m streamstate.stack.version_pins
+	$(BIN)/python -m streamstate_stack.version_pins
 
 bench: deps                     ## benchmarks: prints a table, writes bench/results.json
-	$(BIN)/python infra/locked_requirements.py --extra test --extra bench > $(VENV)/requirements-bench.txt
+	$(BIN)/python infra/locked_requirements.py --all-members --group test --group bench > $(VENV)/requirements-bench.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-bench.txt
 	$(BIN)/python -m bench
 
@@ -67,18 +70,20 @@ soak: deps                      ## an hour of the anomalies job at 5,000 points/
 	$(BIN)/python -m bench.soak
 
 # Not after `setup`: setup installs from the lock, which fails while the lock lacks a new pin.
-lock:                           ## re-resolve requirements.lock from pyproject.toml (after changing a pin)
+lock:                           ## re-resolve requirements.lock from the members' pyproject.toml files (after changing a pin)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PYTHON) infra/locked_requirements.py --no-runtime --group lock > $(VENV)/requirements-lock.txt
+	$(PYTHON) infra/locked_requirements.py --group lock > $(VENV)/requirements-lock.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-lock.txt
-	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --group build --group lock \
+	$(BIN)/uv pip compile $(addsuffix /pyproject.toml,$(MEMBERS)) --all-extras \
+	  $(foreach group,test bench docs build lock,--group pyproject.toml:$(group)) \
+	  $(foreach name,$(MEMBER_NAMES),--no-emit-package $(name)) \
 	  --universal --python-version 3.11 --generate-hashes -o $(LOCK)
 	$(BIN)/python infra/locked_requirements.py --check
 
 setup: java spark-pin $(STAMP)
 
 spark-pin:                      # the wheel and the jars must be the same Spark
-	@grep -q '"pyspark==$(SPARK_VERSION)"' pyproject.toml || { echo "error: infra/versions.env has SPARK_VERSION=$(SPARK_VERSION) but pyproject.toml pins another pyspark: make them equal." >&2; exit 1; }
+	@grep -q '"pyspark==$(SPARK_VERSION)"' spark-jobs/pyproject.toml || { echo "error: infra/versions.env has SPARK_VERSION=$(SPARK_VERSION) but spark-jobs/pyproject.toml pins another pyspark: make them equal." >&2; exit 1; }
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 or newer is required by Spark; install it (e.g. apt-get install -y openjdk-17-jre-headless) and retry." >&2; exit 1; }
@@ -90,13 +95,13 @@ $(STAMP): $(LOCK)
 	@echo "Installing the project into $(VENV) from $(LOCK), every file checked against its hash (first run: a few minutes)..."
 	$(PYTHON) -m venv $(VENV)
 	@echo "[1/3] pip, setuptools and wheel: they build the project and the wheel shipped to cluster executors"
-	$(PYTHON) infra/locked_requirements.py --no-runtime --group build > $(VENV)/requirements-build.txt
+	$(PYTHON) infra/locked_requirements.py --group build > $(VENV)/requirements-build.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-build.txt
-	@echo "[2/3] the dependencies and the test tools"
-	$(PYTHON) infra/locked_requirements.py --extra test > $(VENV)/requirements.txt
+	@echo "[2/3] every member's dependencies (with their extras) and the test tools"
+	$(PYTHON) infra/locked_requirements.py --all-members --group test > $(VENV)/requirements.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements.txt
-	@echo "[3/3] the project itself (editable, nothing more: its dependencies are in place)"
-	$(BIN)/pip install --no-deps --no-build-isolation -e .
+	@echo "[3/3] the workspace's members (editable, nothing more: their dependencies are in place)"
+	$(BIN)/pip install --no-deps --no-build-isolation $(addprefix -e ,$(MEMBERS))
 	rm -f $(VENV)/.installed-* && touch $@
 
 test-deps: kinesis-server       ## Debian packages the tests use: prometheus, docker-compose, maven

@@ -295,9 +295,9 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
     from bench import anomalies_throughput, latency, production, sessions_throughput, transactions_cost, windows_throughput
     from bench.dataset import produce_metrics, produce_user_events
     from bench.measure import connector_description
-    from streamstate.jobs.spark import build_spark
-    from streamstate.settings import Settings
-    from streamstate.stack.launcher import EmbeddedStack
+    from streamstate_jobs.spark import build_spark
+    from streamstate_pipeline.settings import Settings
+    from streamstate_stack.launcher import EmbeddedStack
 
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)

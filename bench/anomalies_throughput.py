@@ -11,9 +11,9 @@ from typing import Any
 
 from bench.dataset import Dataset
 from bench.measure import fresh_outputs, query_figures, ratio_by_round, rounds, run_quix
-from streamstate.jobs import anomalies_job
-from streamstate.jobs.runner import start_query
-from streamstate.settings import Settings
+from streamstate_jobs.anomalies import job as anomalies_job
+from streamstate_jobs.runner import start_query
+from streamstate_pipeline.settings import Settings
 
 
 def anomalies_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:

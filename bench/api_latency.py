@@ -6,7 +6,7 @@ at fixed request rates, for each view size.
 For each size, end to end through the real parts, on a fresh Apache Kafka broker (KRaft):
 1. publishes N session snapshots to ``session-state`` (half with an open session) and a
    few thousand alerts: the view is *not* built in-process, the API rebuilds it from Kafka;
-2. starts the API (``python -m streamstate.api``) on an empty store and times the cold
+2. starts the API (``python -m streamstate_api``) on an empty store and times the cold
    rebuild from process start until /readyz is 200; notes the RSS;
 3. at each rate, drives an open-loop load from a second process: requests are sent on a
    fixed schedule whatever the answers do, and latency is measured from the scheduled send
@@ -73,7 +73,7 @@ async def drive(url: str, rate: float, duration_s: float, users: int, connection
     """Open-loop load; returns latency samples in ms per route, status counts and errors."""
     from urllib.parse import urlsplit
 
-    from streamstate.api.cursor import encode_cursor
+    from streamstate_api.cursor import encode_cursor
 
     address = urlsplit(url)
     rng = random.Random(seed)
@@ -138,7 +138,7 @@ def user_id(i: int) -> str:
 
 
 def snapshot_bodies(count: int):
-    from streamstate.contracts import ActivitySpan, Behaviour, OpenSession, SessionSnapshot
+    from streamstate_pipeline.contracts import ActivitySpan, Behaviour, OpenSession, SessionSnapshot
 
     def template(active: bool) -> str:
         snapshot = SessionSnapshot(
@@ -180,7 +180,7 @@ def publish_sessions(bootstrap: str, topic: str, count: int) -> float:
 def publish_alerts(bootstrap: str, topic: str, count: int) -> None:
     from confluent_kafka import Producer
 
-    from streamstate.contracts import Alert
+    from streamstate_pipeline.contracts import Alert
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     for i in range(count):
@@ -251,8 +251,8 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
     """One view size on a fresh broker: cold rebuild, RSS, load at each rate, restarts with the store present."""
     import httpx
 
-    from streamstate.settings import Settings
-    from streamstate.stack.launcher import EmbeddedStack, free_port
+    from streamstate_pipeline.settings import Settings
+    from streamstate_stack.launcher import EmbeddedStack, free_port
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-"))
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"), api_port=free_port(), api_store_path=workdir / "api-store")

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.cluster_throughput [--events 300000] [--seed 7] [--out PATH]
 
-1. starts Apache Kafka (KRaft, :meth:`streamstate.stack.launcher.EmbeddedStack.start_broker`) and
+1. starts Apache Kafka (KRaft, :meth:`streamstate_stack.launcher.EmbeddedStack.start_broker`) and
    produces ``--events`` user events (``events / 10`` users, fixed seed, no bad records:
    :mod:`bench.dataset`) to a 4-partition topic;
 2. ``local[2]``: a SparkSession in this process, one ``availableNow`` run of the sessions
@@ -30,12 +30,12 @@ from typing import Any
 
 from bench.dataset import produce_user_events
 from bench.measure import fresh_outputs, query_figures
-from streamstate.jobs import sessions_job
-from streamstate.jobs.runner import start_query
-from streamstate.jobs.spark import build_spark
+from streamstate_jobs.sessions import job as sessions_job
+from streamstate_jobs.runner import start_query
+from streamstate_jobs.spark import build_spark
 from infra.spark.standalone import StandaloneCluster
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cluster_throughput.json"
 DEFAULT_EVENTS = 300_000

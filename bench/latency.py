@@ -31,11 +31,11 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bench.api_latency import percentiles
 from bench.measure import bounded_input_topic, fresh_outputs
-from streamstate.jobs import anomalies_job
-from streamstate.jobs.runner import start_query
-from streamstate.kafka_clients import reader_config, watermarks
-from streamstate.settings import Settings
-from streamstate.topics import create_topics
+from streamstate_jobs.anomalies import job as anomalies_job
+from streamstate_jobs.runner import start_query
+from streamstate_pipeline.kafka_clients import reader_config, watermarks
+from streamstate_pipeline.settings import Settings
+from streamstate_pipeline.topics import create_topics
 
 # (spark, the run's settings, checkpoint) -> the running query whose alerts are timed
 StartQuery = Callable[[Any, Settings, str], Any]
@@ -74,7 +74,7 @@ class AlertClock(threading.Thread):
 
 def producer_command(bootstrap: str, topic: str, rate: int, seconds: float, seed: int) -> list[str]:
     """The producer CLI sending ``rate`` wall-clock metric points a second for ``seconds``."""
-    return [sys.executable, "-m", "streamstate.producers", "metrics", "--bootstrap-servers", bootstrap,
+    return [sys.executable, "-m", "streamstate_producers", "metrics", "--bootstrap-servers", bootstrap,
             "--rate", str(rate), "--duration", str(seconds), "--clock", "wall", "--series", str(SERIES),
             "--anomaly-rate", str(ANOMALY_RATE), "--topic", topic, "--seed", str(seed), "--no-progress"]
 

@@ -27,14 +27,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
 
-from streamstate.contracts import Metric
-from streamstate.jobs import anomalies_job
-from streamstate.jobs.checkpoints import state_partitions
-from streamstate.jobs.context import JobContext
-from streamstate.jobs.runner import start_query
-from streamstate.kafka_clients import spark_kafka_options
-from streamstate.kinds import Kind
-from streamstate.settings import NEW_CHECKPOINT_BUCKETS, Settings
+from streamstate_pipeline.contracts import Metric
+from streamstate_jobs.anomalies import job as anomalies_job
+from streamstate_jobs.checkpoints import state_partitions
+from streamstate_jobs.context import JobContext
+from streamstate_jobs.runner import start_query
+from streamstate_pipeline.kafka_clients import spark_kafka_options
+from streamstate_jobs.kinds import Kind
+from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, Settings
 from streamstate.state import Emit, State
 
 SAMPLE_EVERY = 500

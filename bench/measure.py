@@ -12,8 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from streamstate.settings import REPO_ROOT, Settings
-from streamstate.topics import TopicSpec, create_topics, load_topics
+from streamstate_pipeline.settings import REPO_ROOT, Settings
+from streamstate_pipeline.topics import TopicSpec, create_topics, load_topics
 
 # Inside the project venv directory: ignored by git, kept by `make clean`, gone with the venv.
 QUIX_VENV = REPO_ROOT / ".venv" / "peers" / "quix"
@@ -22,8 +22,8 @@ OUTPUT_TOPICS = ("topic_alerts", "topic_sessions", "topic_session_state", "topic
 
 
 def broker_description() -> str:
-    """The broker every figure runs on: Apache Kafka as a native KRaft broker (:meth:`streamstate.stack.launcher.EmbeddedStack.start_broker`)."""
-    from streamstate.stack.binaries import versions
+    """The broker every figure runs on: Apache Kafka as a native KRaft broker (:meth:`streamstate_stack.launcher.EmbeddedStack.start_broker`)."""
+    from streamstate_pipeline.binaries import versions
 
     return f"Apache Kafka {versions()['KAFKA_VERSION']} (KRaft, native, data on disk), loopback"
 
@@ -34,7 +34,7 @@ def connector_description(spark=None) -> str:
     text = "Spark's built-in connector (spark-sql-kafka-0-10"
     if spark is None:
         return text + ")"
-    from streamstate.jobs.kafka import BUILTIN_PROVIDER
+    from streamstate_jobs.kafka import BUILTIN_PROVIDER
 
     disabled = spark.conf.get("spark.sql.streaming.disabledV2MicroBatchReaders", "") or ""
     return text + (", V1 source)" if BUILTIN_PROVIDER in {c.strip() for c in disabled.split(",")} else ", V2 source)")

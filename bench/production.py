@@ -10,8 +10,8 @@ only in where checkpoints go: here s3a:// in MinIO instead of the local disk. Th
 is measured again with Spark's own checkpoint file manager in place of spark-jobs/jvm/'s:
 one PUT per checkpoint file against Spark's copy into place, side by side. The broker (a
 second one of the same build, so the datasets start on fresh topics) and MinIO are the
-production profile's native servers (:class:`streamstate.stack.launcher.EmbeddedStack` with
-:data:`streamstate.stack.profiles.PRODUCTION`), started for this figure and stopped after it.
+production profile's native servers (:class:`streamstate_stack.launcher.EmbeddedStack` with
+:data:`streamstate_stack.profiles.PRODUCTION`), started for this figure and stopped after it.
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from bench.anomalies_throughput import anomalies_job_once
 from bench.dataset import produce_metrics, produce_user_events
 from bench.measure import broker_description, connector_description, repeat
 from bench.sessions_throughput import sessions_job_once
-from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
-from streamstate.stack.profiles import PRODUCTION
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack
+from streamstate_jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
+from streamstate_stack.profiles import PRODUCTION
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack
 
 BUCKET = "streamstate"
 SPARK_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
 
 
 def measure(spark, base: Settings, workdir: Path, args: argparse.Namespace, seed: int, warm_up_events: int) -> dict[str, Any]:
-    from streamstate.jobs.kafka import require_connector
-    from streamstate.jobs.spark import configure_s3a
+    from streamstate_jobs.kafka import require_connector
+    from streamstate_jobs.spark import configure_s3a
 
     require_connector(spark)  # before any server starts: the bench's SparkSession must carry the connector's jars
 
@@ -103,6 +103,6 @@ def _with_spark_file_manager(spark, once: Callable[[], dict[str, Any]]) -> dict[
 
 
 def _version(key: str) -> str:
-    from streamstate.stack.binaries import versions
+    from streamstate_pipeline.binaries import versions
 
     return versions()[key]

@@ -33,15 +33,16 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from bench.__main__ import SEED
-from streamstate.contracts import Metric, UserEvent
-from streamstate.jobs import anomalies_job, sessions_job
+from streamstate_pipeline.contracts import Metric, UserEvent
+from streamstate_jobs.anomalies import job as anomalies_job
+from streamstate_jobs.sessions import job as sessions_job
 from streamstate.state.buckets import MemoryBucketStore
 from streamstate.state.keyrun import INPUT_COLUMNS
 from streamstate.state.packing import BLOB, BUCKET, pack
 from streamstate.state.operators import bucket_processor
-from streamstate.jobs.validation import DEAD_LETTER_COLUMNS, validated_schema, validated_spec
-from streamstate.producers.generators import MetricGenerator, UserEventGenerator
-from streamstate.settings import Settings
+from streamstate_jobs.validation import DEAD_LETTER_COLUMNS, validated_schema, validated_spec
+from streamstate_producers.generators import MetricGenerator, UserEventGenerator
+from streamstate_pipeline.settings import Settings
 
 JOBS = {
     "sessions": (sessions_job, UserEvent, "user_id", lambda keys: UserEventGenerator(seed=SEED, users=keys, topic="bench")),

@@ -90,9 +90,9 @@ def _profiled_run(args: argparse.Namespace, py_spy: str, workdir: Path, collapse
     from bench.__main__ import SEED
     from bench.dataset import produce_user_events
     from bench.sessions_throughput import sessions_job_once
-    from streamstate.jobs.spark import build_spark
-    from streamstate.settings import Settings
-    from streamstate.stack.launcher import EmbeddedStack
+    from streamstate_jobs.spark import build_spark
+    from streamstate_pipeline.settings import Settings
+    from streamstate_stack.launcher import EmbeddedStack
 
     with EmbeddedStack(settings=Settings(checkpoint_root=str(workdir / "cp")), workdir=workdir, quiet=True) as stack:
         stack.start_broker()

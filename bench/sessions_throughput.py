@@ -16,12 +16,12 @@ from typing import Any
 from bench.dataset import Dataset
 from bench.measure import fresh_outputs, query_figures, ratio_by_round, rounds, run_quix
 from bench.peers import native_sessions
-from streamstate.contracts import UserEvent
-from streamstate.jobs import sessions_job
-from streamstate.jobs.inputs import read_input
-from streamstate.jobs.runner import start_query
-from streamstate.jobs.validation import validate
-from streamstate.settings import Settings
+from streamstate_pipeline.contracts import UserEvent
+from streamstate_jobs.sessions import job as sessions_job
+from streamstate_jobs.inputs import read_input
+from streamstate_jobs.runner import start_query
+from streamstate_jobs.validation import validate
+from streamstate_pipeline.settings import Settings
 
 
 def sessions_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:

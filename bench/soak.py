@@ -9,7 +9,7 @@ records: the alerts of the points produced in the minute before (count, p50, p99
 batches committed, and what the job's Spark JVM (driver and executor in one, local mode),
 its Python workers and the job's own Python process hold: open file descriptors, sockets
 (and among them connections their other end closed), threads, RSS; and how many times the
-job moved to a new JVM (``streamstate.jobs.jvm_recycle``).
+job moved to a new JVM (``streamstate_jobs.jvm_recycle``).
 
 Nothing is asserted: the end of the run says how each resource moved between the first
 and the last quarter of the run (per hour), which is where a leak shows. Spark 4.2.0's
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.api_latency import percentiles
-from streamstate.jobs.jvm_recycle import abandoned_sockets, descendants, fd_targets, java_descendants
+from streamstate_jobs.jvm_recycle import abandoned_sockets, descendants, fd_targets, java_descendants
 
 HERE = Path(__file__).resolve().parent
 SAMPLE_S = 60.0
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from bench.latency import SERIES, AlertClock, producer_command
     from bench.measure import bounded_input_topic, fresh_outputs
-    from streamstate.settings import Settings
-    from streamstate.stack.launcher import EmbeddedStack
-    from streamstate.topics import create_topics
+    from streamstate_pipeline.settings import Settings
+    from streamstate_stack.launcher import EmbeddedStack
+    from streamstate_pipeline.topics import create_topics
 
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
     atexit.register(shutil.rmtree, workdir, True)  # the broker's data and the checkpoints: scratch

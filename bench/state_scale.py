@@ -124,8 +124,8 @@ def main() -> None:
         parser.error("--touched must not exceed --small: the batch touches existing keys")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from streamstate.jobs.spark import build_spark
-    from streamstate.settings import Settings
+    from streamstate_jobs.spark import build_spark
+    from streamstate_pipeline.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="state-scale-") as tmp:
         workdir = Path(tmp)

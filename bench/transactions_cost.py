@@ -15,7 +15,7 @@ from bench import latency
 from bench.dataset import Dataset
 from bench.measure import median_runs
 from bench.sessions_throughput import sessions_job_once
-from streamstate.settings import Settings
+from streamstate_pipeline.settings import Settings
 
 MODES = ("on", "off")
 

@@ -11,7 +11,7 @@ validation step, then validated by
 
 - *per-record*: the step as it was before the fast path, kept here as the baseline: one
   ``parse_input`` (pydantic) call and one dict of columns per record;
-- *fast path*: :func:`streamstate.jobs.validation.validate_batch`, msgspec decoders derived
+- *fast path*: :func:`streamstate_jobs.validation.validate_batch`, msgspec decoders derived
   from the contracts, the contract only for what they leave open, vectorized clock-skew check.
 
 Each dataset is measured with good records only and with 3% bad ones (the producers'
@@ -33,11 +33,12 @@ from typing import Any, Callable
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from streamstate.contracts import ContractError, Metric, UserEvent, dead_letter_text, parse_input, spark_schema
-from streamstate.contracts_fast import fast_contract
-from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
-from streamstate.jobs.validation import validate_batch, validated_schema
-from streamstate.producers.generators import MetricGenerator, UserEventGenerator
+from streamstate_pipeline.contracts import ContractError, Metric, UserEvent, dead_letter_text, parse_input
+from streamstate.state.schema import spark_schema
+from streamstate_jobs.contracts_fast import fast_contract
+from streamstate_jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
+from streamstate_jobs.validation import validate_batch, validated_schema
+from streamstate_producers.generators import MetricGenerator, UserEventGenerator
 
 BATCH_ROWS = 10_000
 SEED = 20_261_122  # bench/__main__.py's
@@ -46,7 +47,7 @@ BAD_SHARE = 0.03
 
 
 def per_record_batch(batch: pa.RecordBatch, model, arrow_schema: pa.Schema, names: list[str], max_clock_skew_ms: int) -> pa.RecordBatch:
-    """The validation step before the fast path (streamstate/jobs/validation.py until this benchmark): the baseline."""
+    """The validation step before the fast path (spark-jobs/src/streamstate_jobs/validation.py until this benchmark): the baseline."""
     columns: dict[str, list] = {f.name: [] for f in arrow_schema}
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamstate.contracts import Alert, Behaviour, LastAnomaly, MetricSnapshot, OpenSession, SessionSnapshot
+from streamstate_pipeline.contracts import Alert, Behaviour, LastAnomaly, MetricSnapshot, OpenSession, SessionSnapshot
 
 
 def session_snapshot(user_id: str, active: bool = True, ts: int = 1_000) -> SessionSnapshot:

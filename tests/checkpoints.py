@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamstate.stack.s3 import S3, S3Error, split_s3a
+from streamstate_stack.s3 import S3, S3Error, split_s3a
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ import uuid
 
 import pytest
 
-from streamstate.kinesis import ensure_local_credentials
-from streamstate.stack.profiles import EMBEDDED, PRODUCTION
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack, free_port, pid_alive
-from streamstate.topics import TopicSpec, create_topics
+from streamstate_pipeline.kinesis import ensure_local_credentials
+from streamstate_stack.profiles import EMBEDDED, PRODUCTION
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack, free_port, pid_alive
+from streamstate_pipeline.topics import TopicSpec, create_topics
 
 _started_pids: list[int] = []
 # Placeholder AWS credentials for the local Kinesis server, set before Spark's JVM starts so its
@@ -105,7 +105,7 @@ def profile_topic(profile_stack):
 
 def reaching_object_store(spark, stack: EmbeddedStack):
     """``spark``, able to reach ``stack``'s object store (S3A) when it has one."""
-    from streamstate.jobs.spark import configure_s3a
+    from streamstate_jobs.spark import configure_s3a
 
     if stack.s3_credentials is not None:
         configure_s3a(spark, stack.settings, stack.s3_credentials.env())
@@ -157,7 +157,7 @@ def kinesis_settings(stack) -> Settings:
 @pytest.fixture
 def new_stream(kinesis_settings):
     """Factory for a fresh, uniquely named Kinesis stream: new_stream(shards=2) -> name."""
-    from streamstate.kinesis import create_stream, kinesis_client
+    from streamstate_pipeline.kinesis import create_stream, kinesis_client
 
     client = kinesis_client(kinesis_settings.kinesis_endpoint_url, kinesis_settings.kinesis_region, max_attempts=5)
 
@@ -184,8 +184,8 @@ def spark(stack, tmp_path_factory):
     """One SparkSession (local[2], RocksDB state store) for every Spark test, with Spark's
     Kafka connector and S3A jars (the stack's settings carry them) and the checkpoint classes
     of spark-jobs/jvm/ (installed here if `make test` has not)."""
-    from streamstate.jobs.spark import build_spark
-    from streamstate.stack import binaries
+    from streamstate_jobs.spark import build_spark
+    from streamstate_pipeline import binaries
 
     with contextlib.suppress(binaries.DependencyMissing):  # then the tests of spark-jobs/jvm/'s classes fail, and only they
         binaries.checkpoint_io_jar()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline.settings import REPO_ROOT
 
 DASHBOARDS_DIR = REPO_ROOT / "infra" / "grafana" / "dashboards"
 DATASOURCE_UID = "prometheus"

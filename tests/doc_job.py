@@ -7,10 +7,10 @@ import re
 import sys
 import types
 
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline.settings import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "adding-a-job.md"
-MODULE = "streamstate.jobs.clicks_job"
+MODULE = "streamstate_jobs.clicks_job"
 
 
 def doc_job_source() -> str:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-from streamstate.jobs.kinesis.offsets import shard_index
-from streamstate.kinesis import kinesis_client, wait_until_active
-from streamstate.settings import Settings
+from streamstate_jobs.kinesis.offsets import shard_index
+from streamstate_pipeline.kinesis import kinesis_client, wait_until_active
+from streamstate_pipeline.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,8 @@ def produce_scenario_to_kinesis(settings: Settings, scenario) -> list:
     through the project's Kinesis producer); returns them as the reference's SourceRecords:
     topic = stream, partition = shard number, offset = ordinal, with arrival time and sequence number."""
     from tests.reference_rules import SourceRecord
-    from streamstate.producers.kinesis_writer import produce_records
-    from streamstate.producers.produced_record import ProducedRecord
+    from streamstate_producers.kinesis_writer import produce_records
+    from streamstate_producers.produced_record import ProducedRecord
 
     stream_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
     records = [ProducedRecord(stream_of[r.topic], r.key, r.value, r.malformed_reason, r.kind) for r in scenario.records]

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from streamstate.contracts import (
+from streamstate_pipeline.contracts import (
     Alert,
     ClosedSession,
     ContractError,
@@ -29,10 +29,11 @@ from streamstate.contracts import (
     dead_letter_text,
     parse_input,
 )
-from streamstate.jobs.rules import anomalies, sessions
-from streamstate.jobs.rules.dead_letters import refused_event, refused_point
-from streamstate.jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
-from streamstate.settings import Settings
+from streamstate_jobs.anomalies import rules as anomalies
+from streamstate_jobs.sessions import rules as sessions
+from streamstate_jobs.rules.dead_letters import refused_event, refused_point
+from streamstate_jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
+from streamstate_pipeline.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from typing import Sequence
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streamstate.contracts import Alert, ClosedSession, DeadLetter, MetricSnapshot, SessionSnapshot
+from streamstate_pipeline.contracts import Alert, ClosedSession, DeadLetter, MetricSnapshot, SessionSnapshot
 from tests.reference_rules import PipelineOutputs, SourceRecord, run_reference
-from streamstate.producers.generators import MetricGenerator, UserEventGenerator, interleave
-from streamstate.settings import Settings, defaults
-from streamstate.topics import load_topics
+from streamstate_producers.generators import MetricGenerator, UserEventGenerator, interleave
+from streamstate_pipeline.settings import Settings, defaults
+from streamstate_pipeline.topics import load_topics
 
 EVENTS = 2_500
 METRICS = 1_500
@@ -269,8 +269,8 @@ def collect_outputs(
 
 def start_jobs_in_process(spark, settings: Settings) -> list:
     """Every declared job's main query on the shared SparkSession (sessions first)."""
-    from streamstate.jobs.registry import JOBS
-    from streamstate.jobs.runner import start_query
+    from streamstate_jobs.registry import JOBS
+    from streamstate_jobs.runner import start_query
 
     return [
         start_query(spark, settings, spec, settings.checkpoint(name))
@@ -297,7 +297,7 @@ def records_read(query) -> int:
     progress = query.lastProgress
     if not progress:
         return 0
-    from streamstate.jobs.metrics import offsets_by_topic
+    from streamstate_jobs.metrics import offsets_by_topic
 
     ends = [offsets_by_topic(source.get("endOffset")) or {} for source in progress["sources"]]
     return sum(offset for end in ends for partitions in end.values() for offset in partitions.values())

@@ -16,11 +16,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from streamstate.contracts import UserEvent, spark_schema
-from streamstate.jobs import sessions_job
-from streamstate.jobs.kafka import read_kafka
-from streamstate.jobs.routing import batch_router
-from streamstate.settings import Settings
+from streamstate_pipeline.contracts import UserEvent
+from streamstate.state.schema import spark_schema
+from streamstate_jobs.sessions import job as sessions_job
+from streamstate_jobs.kafka import read_kafka
+from streamstate_jobs.routing import batch_router
+from streamstate_pipeline.settings import Settings
 
 
 def build(spark: SparkSession, settings: Settings) -> DataFrame:

@@ -6,7 +6,7 @@
 #
 #   install-checkpoint-io.sh                 native: compiled against the venv's pyspark jars
 #                                            into .deps/checkpoint-io-<spark>/streamstate-checkpoint-io.jar
-#                                            (cached); streamstate/jobs/spark.py puts it on a
+#                                            (cached); spark-jobs/src/streamstate_jobs/spark.py puts it on a
 #                                            local master's classpath when it is installed
 #   install-checkpoint-io.sh compile JARS OUT  the Spark image: compiled against Spark's JARS
 #                                            directory into the jar OUT

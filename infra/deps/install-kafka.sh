@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Apache Kafka KAFKA_VERSION (the release of compose's apache/kafka image) from Maven
 # Central: kafka_2.13 and its runtime jars into .deps/kafka-<version>/libs, the classpath
-# the production profile starts the KRaft broker with (streamstate/stack/servers.py). Cached.
+# the production profile starts the KRaft broker with (infra/stack/src/streamstate_stack/servers.py). Cached.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 POM="$DEPS_SCRIPTS/kafka.pom.xml"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyspark
 
-from streamstate.stack.launcher import ManagedProcess, free_port, pid_alive
+from streamstate_stack.launcher import ManagedProcess, free_port, pid_alive
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

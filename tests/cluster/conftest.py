@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infra.spark.standalone import StandaloneCluster
-from streamstate.settings import Settings
+from streamstate_pipeline.settings import Settings
 from tests.scenario import pipeline_topics
 
 

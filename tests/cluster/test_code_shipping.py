@@ -6,23 +6,23 @@ import subprocess
 import sys
 import zipfile
 
-from streamstate.jobs.code_shipping import build_code_zip, code_to_ship, copy_tree, source_files
-from streamstate.settings import REPO_ROOT, Settings
+from streamstate_jobs.code_shipping import build_code_zip, code_to_ship, copy_tree, source_files
+from streamstate_pipeline.settings import REPO_ROOT, Settings
 
 # What a Python worker does with a shipped file: put it on sys.path ahead of site-packages.
 IMPORT_PROBE = (
     "import sys; sys.path.insert(1, sys.argv[1]); "
-    "import streamstate.jobs.sessions_job, streamstate.jobs.kafka.connector, streamstate.api, streamstate.contracts; "
-    "print('\\n'.join(m.__file__ for m in (streamstate.jobs.sessions_job, streamstate.jobs.kafka.connector, "
-    "streamstate.api, streamstate.contracts)))"
+    "import streamstate_jobs.sessions.job, streamstate_jobs.kafka.connector, streamstate_api, streamstate_pipeline.contracts; "
+    "print('\\n'.join(m.__file__ for m in (streamstate_jobs.sessions.job, streamstate_jobs.kafka.connector, "
+    "streamstate_api, streamstate_pipeline.contracts)))"
 )
 
 
 def test_the_zip_carries_the_import_layout_and_wins_over_the_installed_project(tmp_path):
     code = build_code_zip(cache_dir=tmp_path)
     names = zipfile.ZipFile(code).namelist()
-    assert "streamstate/jobs/sessions_job.py" in names and "streamstate/jobs/kafka/connector.py" in names
-    assert "streamstate/api/__init__.py" in names
+    assert "spark-jobs/src/streamstate_jobs/sessions/job.py" in names and "spark-jobs/src/streamstate_jobs/kafka/connector.py" in names
+    assert "services/api/src/streamstate_api/__init__.py" in names
     assert not any(name.startswith(("spark-jobs/", "tests/", "bench/")) for name in names), "only the package is shipped"
     probe = subprocess.run(
         [sys.executable, "-c", IMPORT_PROBE, str(code)], capture_output=True, text=True, timeout=60, cwd=tmp_path

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack
 from tests.checkpoints import CheckpointFiles
 from tests.integration.api_harness import ApiProcess, ApiTopics, wait_until
 from tests.scenario import Scenario, differences, build_scenario, collect_outputs, produce_scenario

@@ -13,8 +13,8 @@ import pytest
 pytestmark = pytest.mark.spark
 
 PROBE = """
-from streamstate.jobs.spark import build_spark
-from streamstate.settings import Settings
+from streamstate_jobs.spark import build_spark
+from streamstate_pipeline.settings import Settings
 
 spark = build_spark(Settings(), app_name="master-probe")
 print("MASTER=" + spark.sparkContext.master, flush=True)

@@ -12,9 +12,9 @@ import sys
 import pytest
 from pyspark.sql import functions as F
 
-from streamstate.jobs.checkpoints import StatePartitionsChanged, checkpointed_conf
-from streamstate.jobs.declaration import JobSpec
-from streamstate.jobs.runner import start_query
+from streamstate_jobs.checkpoints import StatePartitionsChanged, checkpointed_conf
+from streamstate_jobs.declaration import JobSpec
+from streamstate_jobs.runner import start_query
 from tests.integration.api_harness import wait_until
 
 pytestmark = pytest.mark.spark
@@ -69,7 +69,7 @@ def test_a_changed_state_partition_count_fails_at_start(spark, settings, new_top
 
     # The CLI says the same in one line and exits 2 before touching Kafka.
     cli = subprocess.run(
-        [sys.executable, "-m", "streamstate.jobs.sessions_job", "--master", "local[1]", "--checkpoint", checkpoint,
+        [sys.executable, "-m", "streamstate_jobs.sessions.job", "--master", "local[1]", "--checkpoint", checkpoint,
          "--shuffle-partitions", str(changed.shuffle_partitions), "--metrics-port", "0", "--bootstrap-servers", settings.bootstrap_servers],
         capture_output=True, text=True, timeout=300,
     )

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.stack import binaries
-from streamstate.stack.servers import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3Credentials
-from streamstate.stack.profiles import PRODUCTION
-from streamstate.settings import REPO_ROOT, Settings
-from streamstate.stack.launcher import EmbeddedStack, object_store_settings
+from streamstate_pipeline import binaries
+from streamstate_stack.servers import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3Credentials
+from streamstate_stack.profiles import PRODUCTION
+from streamstate_pipeline.settings import REPO_ROOT, Settings
+from streamstate_stack.launcher import EmbeddedStack, object_store_settings
 from tests.compose.compose_files import VARIABLE, Dockerfile, compose, compose_defaults, image_tag
 
 SERVICES = compose()["services"]

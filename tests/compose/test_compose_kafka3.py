@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from streamstate.settings import REPO_ROOT
-from streamstate.stack.servers import CLUSTER_NODES, CLUSTER_SETTINGS
-from streamstate.stack.version_pins import COMPOSE_KAFKA_3
+from streamstate_pipeline.settings import REPO_ROOT
+from streamstate_stack.servers import CLUSTER_NODES, CLUSTER_SETTINGS
+from streamstate_stack.version_pins import COMPOSE_KAFKA_3
 from tests.compose.compose_files import COMPOSE_FILE, LOCAL_IMAGES_FILE, compose_config_without_dot_env
 
 NODES = ("kafka", "kafka-2", "kafka-3")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from streamstate.settings import REPO_ROOT, Settings
-from streamstate.topics import load_topics
+from streamstate_pipeline.settings import REPO_ROOT, Settings
+from streamstate_pipeline.topics import load_topics
 from tests.compose.compose_files import COMPOSE_FILE, compose_config_without_dot_env, image_tag
 
 OVERLAY = REPO_ROOT / "docker-compose.kinesis.yml"

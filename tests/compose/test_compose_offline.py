@@ -13,9 +13,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from streamstate.jobs.registry import JOBS
-from streamstate.stack.observability import COMPOSE_TARGETS
-from streamstate.settings import REPO_ROOT
+from streamstate_jobs.registry import JOBS
+from streamstate_stack.observability import COMPOSE_TARGETS
+from streamstate_pipeline.settings import REPO_ROOT
 from tests.compose.compose_files import (
     COMPOSE_FILE,
     DOCKERFILES,
@@ -328,7 +328,7 @@ def test_dockerfile_copies_everything_pip_install_needs(path):
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_the_source_tree_does_not_shadow_the_installed_package(path):
     # Found by the compose test: Spark's Python workers, started in /app, imported the source
-    # folder streamstate/ (which has no streamstate.jobs) instead of the installed package.
+    # folder streamstate/ (which has no streamstate_jobs) instead of the installed package.
     workdir, source_dirs = None, set()
     for keyword, rest in Dockerfile.read(path).instructions:
         if keyword == "WORKDIR":
@@ -380,8 +380,8 @@ def test_prometheus_scrapes_services_that_exist_on_their_ports():
 @pytest.mark.parametrize(
     "path, entry_modules",
     [
-        (REPO_ROOT / "services" / "Dockerfile", ["streamstate.api.__main__"]),
-        (REPO_ROOT / "producers" / "Dockerfile", ["streamstate.producers.cli", "streamstate.cli"]),
+        (REPO_ROOT / "services" / "Dockerfile", ["streamstate_api.__main__"]),
+        (REPO_ROOT / "producers" / "Dockerfile", ["streamstate_producers.cli", "streamstate_pipeline.cli"]),
     ],
     ids=["services", "producers"],
 )

@@ -37,9 +37,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
-from streamstate.settings import REPO_ROOT, Settings
-from streamstate.stack.launcher import free_port
+from streamstate_jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
+from streamstate_pipeline.settings import REPO_ROOT, Settings
+from streamstate_stack.launcher import free_port
 from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRET_READERS, SECRETS, compose, compose_defaults
 
 PROJECT = "streamstate-compose-test"
@@ -234,7 +234,7 @@ def assert_kafka_tools_work(stack: Stack, outputs) -> None:
     """Kafka's own tools, as users of the official image call them, inside the broker's container:
     a read_committed console consumer prints an alert the jobs wrote, and the consumer-groups and
     configs tools answer."""
-    from streamstate.contracts import Alert
+    from streamstate_pipeline.contracts import Alert
 
     first = stack.cli(
         "exec", "-T", "kafka", "kafka-console-consumer.sh", "--bootstrap-server", "kafka:9092", "--topic", "alerts",
@@ -253,7 +253,7 @@ def topic_ends(bootstrap: str, topics: tuple[str, ...]) -> dict[str, int]:
     """The sum of each topic's partitions' end offsets, from the host."""
     from confluent_kafka import Consumer
 
-    from streamstate.kafka_clients import watermarks
+    from streamstate_pipeline.kafka_clients import watermarks
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compose-test-ends"})
     try:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.stack import binaries
-from streamstate.stack.launcher import EmbeddedStack
-from streamstate.stack.s3 import S3, S3Error
+from streamstate_pipeline import binaries
+from streamstate_stack.launcher import EmbeddedStack
+from streamstate_stack.s3 import S3, S3Error
 from tests.compose.compose_files import GENERATE_SECRETS, SECRETS, compose, compose_defaults
 
 INIT_SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "minio" / "create-bucket.sh"

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from streamstate.stack import binaries
-from streamstate.stack.launcher import free_port, pid_alive
+from streamstate_pipeline import binaries
+from streamstate_stack.launcher import free_port, pid_alive
 from tests.connect.server import ConnectServer, connect_session
 
 CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"

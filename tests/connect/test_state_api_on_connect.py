@@ -1,7 +1,7 @@
 """The state API on Spark Connect: the same tests as on the classic session, over the tests'
 local Connect server (tests/connect/conftest.py), compared with the same plain-Python references.
 
-* Spark's own DStream suites (tests/dstream_suites.py), through the driver the classic test
+* Spark's own DStream suites (library/tests/dstream_suites.py), through the driver the classic test
   runs (``run_cases_on_a_streaming_query``): mapWithState with initial state, removal and a
   processing-time timeout; updateStateByKey with initial state and removal.
 * The seed examples: running word count (map_with_state with initial state, and
@@ -38,7 +38,7 @@ from streamstate.state import StateSpec, StateStoreUnsupported, map_with_state, 
 from streamstate.state.operators import PROVIDER_SETTING
 from streamstate.state.tester import run_map_with_state
 from tests.connect.server import connect_session
-from tests.dstream_suites import run_cases_on_a_streaming_query, running_sum
+from library.tests.dstream_suites import run_cases_on_a_streaming_query, running_sum
 from tests.integration import test_state_seeds as state_seeds
 from tests.integration import test_window_seeds as window_seeds
 from tests.state_queries import RowCollector, is_connect

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.dashboards import PanelQuery, Prometheus, every_panel_query
-from streamstate.settings import REPO_ROOT
-from streamstate.stack.launcher import EmbeddedStack, free_port
-from streamstate.topics import TopicSpec, create_topics, load_topics
+from streamstate_pipeline.settings import REPO_ROOT
+from streamstate_stack.launcher import EmbeddedStack, free_port
+from streamstate_pipeline.topics import TopicSpec, create_topics, load_topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

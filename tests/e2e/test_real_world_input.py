@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from streamstate.contracts import ContractError, Metric, UserEvent, parse_input
-from streamstate.producers.produced_record import ProducedRecord
+from streamstate_pipeline.contracts import ContractError, Metric, UserEvent, parse_input
+from streamstate_producers.produced_record import ProducedRecord
 from tests.scenario import (
     Scenario,
     assert_outputs_match,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack
 from tests.scenario import Scenario, build_scenario, differences, produce_scenario, run_jobs_in_process
 
 EVENTS, METRICS = 600, 400

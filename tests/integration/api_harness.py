@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer
 
-from streamstate.stack.launcher import free_port
+from streamstate_stack.launcher import free_port
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def publish(bootstrap: str, topic: str, records: list[tuple[str | bytes | None, 
 
 
 class ApiProcess:
-    """``python -m streamstate.api`` in its own process group, stopped by PID."""
+    """``python -m streamstate_api`` in its own process group, stopped by PID."""
 
     def __init__(self, bootstrap: str, topics: ApiTopics, log_path: Path, **settings: str):
         self.port = free_port()
@@ -66,7 +66,7 @@ class ApiProcess:
         }
         with open(log_path, "ab") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "streamstate.api"],
+                [sys.executable, "-m", "streamstate_api"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self.client = httpx.Client(base_url=self.url, timeout=10)
@@ -147,8 +147,8 @@ class InProcessApi:
     def __init__(self, settings):
         import uvicorn
 
-        from streamstate.api.app import create_app
-        from streamstate.api.timeouts import request_head_protocol
+        from streamstate_api.app import create_app
+        from streamstate_api.timeouts import request_head_protocol
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -12,7 +12,7 @@ import socket
 import struct
 import threading
 
-from streamstate.stack.launcher import free_port
+from streamstate_stack.launcher import free_port
 
 
 class ClientIdProxy:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from streamstate.jobs.kafka import read_kafka
-from streamstate.jobs.spark import build_spark
-from streamstate.settings import Settings
+from streamstate_jobs.kafka import read_kafka
+from streamstate_jobs.spark import build_spark
+from streamstate_pipeline.settings import Settings
 
 
 def batch_file_writer(out: Path, columns: tuple[str, ...]):

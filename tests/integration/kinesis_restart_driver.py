@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from streamstate.jobs.kinesis import read_kinesis
-from streamstate.jobs.spark import build_spark
-from streamstate.settings import Settings
+from streamstate_jobs.kinesis import read_kinesis
+from streamstate_jobs.spark import build_spark
+from streamstate_pipeline.settings import Settings
 from tests.integration.kafka_restart_driver import batch_file_writer
 
 

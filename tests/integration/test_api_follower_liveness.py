@@ -97,7 +97,7 @@ def test_a_damaged_store_is_replaced_off_the_serving_loop_and_a_failed_copy_does
     users = [f"user-{n:05d}" for n in range(5_000)]
     publish(bootstrap, api_topics.sessions, [(u, session_snapshot(u).to_json()) for u in users])
     handler = _Records()
-    store_log = logging.getLogger("streamstate.api")
+    store_log = logging.getLogger("streamstate_api")
     store_log.addHandler(handler)
     try:
         with InProcessApi(api_settings) as api:
@@ -106,7 +106,7 @@ def test_a_damaged_store_is_replaced_off_the_serving_loop_and_a_failed_copy_does
             set_aside = [r for r in handler.records if "copied to" in r.getMessage()]
             assert set_aside, [r.getMessage() for r in handler.records]
             assert {r.threadName for r in set_aside} != {InProcessApi.SERVER_THREAD}, "the copy ran on the serving loop"
-            assert all(r.threadName != InProcessApi.SERVER_THREAD for r in handler.records if r.name == "streamstate.api.store"
+            assert all(r.threadName != InProcessApi.SERVER_THREAD for r in handler.records if r.name == "streamstate_api.store"
                        and "is damaged" not in r.getMessage())  # a request may be the one that finds the damage
 
             # Again, with the copy's place taken by a file: the copy fails, the follower goes on.

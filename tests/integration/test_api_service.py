@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from streamstate.stack.launcher import free_port
+from streamstate_stack.launcher import free_port
 from tests.api_builders import alert, metric_snapshot, session_snapshot
 from tests.integration.api_harness import ApiProcess, publish, wait_until
 
@@ -257,7 +257,7 @@ def test_the_fast_path_answers_as_the_routers_do(bootstrap, api_topics, start_ap
 
 
 def test_the_command_takes_host_port_and_bootstrap_servers_flags_like_uvicorn(bootstrap, api_topics, tmp_path):
-    command = [sys.executable, "-m", "streamstate.api"]
+    command = [sys.executable, "-m", "streamstate_api"]
     usage = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 0
     for flag in ("--host", "--port", "--bootstrap-servers", "--version", "--help"):

@@ -11,8 +11,8 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from streamstate.jobs.checkpoints import StatePartitionsChanged, bucket_labels
-from streamstate.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS
+from streamstate_jobs.checkpoints import StatePartitionsChanged, bucket_labels
+from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS
 from streamstate.state.placement import balanced_labels, spark_int_hash
 
 pytestmark = pytest.mark.spark

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from streamstate.jobs.spark import CHECKPOINT_FILE_MANAGER
+from streamstate_jobs.spark import CHECKPOINT_FILE_MANAGER
 from tests.conftest import BUCKET, reaching_object_store
 
 pytestmark = pytest.mark.spark

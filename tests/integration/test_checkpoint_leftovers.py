@@ -10,7 +10,7 @@ import shutil
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from streamstate.jobs.checkpoints import discard_unstarted_leftovers, finish_interrupted_move
+from streamstate_jobs.checkpoints import discard_unstarted_leftovers, finish_interrupted_move
 
 pytestmark = pytest.mark.spark
 
@@ -63,7 +63,7 @@ def test_a_start_over_killed_at_any_step_leaves_no_part_of_the_old_checkpoint_in
     the old checkpoint where the job reads it. Each kill point is recreated as it leaves the
     files, and the next start (finish_interrupted_move, which every query start runs first)
     must leave nothing at the checkpoint and the marker gone."""
-    from streamstate.jobs.checkpoints import CheckpointFiles
+    from streamstate_jobs.checkpoints import CheckpointFiles
 
     checkpoint = tmp_path / "cp"
     target_of = lambda suffix: tmp_path / f"cp.{suffix}"  # noqa: E731

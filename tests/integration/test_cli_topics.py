@@ -6,13 +6,13 @@ import subprocess
 import sys
 import uuid
 
-from streamstate.stack.launcher import free_port
-from streamstate.topics import existing_topics
+from streamstate_stack.launcher import free_port
+from streamstate_pipeline.topics import existing_topics
 
 
 def streamstate(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "streamstate.cli", *argv], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "streamstate_pipeline.cli", *argv], capture_output=True, text=True, timeout=120
     )
 
 

@@ -1,4 +1,4 @@
-"""Spark's own DStream state suites (tests/dstream_suites.py) as real streaming queries.
+"""Spark's own DStream state suites (library/tests/dstream_suites.py) as real streaming queries.
 
 One query over JSON file sources runs every case: each step writes one file per source (an
 empty file is an empty batch, as the suites' empty and null batches) and runs the query once
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dstream_suites import run_cases_on_a_streaming_query
+from library.tests.dstream_suites import run_cases_on_a_streaming_query
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

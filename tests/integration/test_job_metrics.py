@@ -9,9 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import dataclasses
 
-from streamstate.jobs.metrics import JobMetrics
-from streamstate.jobs.registry import JOBS
-from streamstate.stack.launcher import free_port
+from streamstate_jobs.metrics import JobMetrics
+from streamstate_jobs.registry import JOBS
+from streamstate_stack.launcher import free_port
 from tests.integration.addresses import external_address
 from tests.integration.api_harness import wait_until
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.contracts import Alert, DeadLetter
-from streamstate.jobs.context import JobContext
-from streamstate.jobs.registry import JOBS
-from streamstate.jobs.runner import start_query
+from streamstate_pipeline.contracts import Alert, DeadLetter
+from streamstate_jobs.context import JobContext
+from streamstate_jobs.registry import JOBS
+from streamstate_jobs.runner import start_query
 from tests.doc_job import load_doc_job
 from tests.integration.kafka_testing import produce
 from tests.scenario import pipeline_topics, read_topic

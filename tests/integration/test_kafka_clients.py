@@ -1,4 +1,4 @@
-"""Clients built by streamstate.kafka_clients against the real broker: the extra client
+"""Clients built by streamstate_pipeline.kafka_clients against the real broker: the extra client
 options really reach the broker from every role, the API and the jobs' reads and writes
 (Spark's connector, the options translated for its Java client), and the reachability check
 tells a live broker from one it cannot use.
@@ -14,8 +14,8 @@ import json
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from streamstate import kafka_clients as kc
-from streamstate.stack.launcher import free_port
+from streamstate_pipeline import kafka_clients as kc
+from streamstate_stack.launcher import free_port
 from tests.integration.api_harness import ApiProcess, make_topics, publish, wait_until
 from tests.integration.kafka_proxy import ClientIdProxy
 from tests.integration.kafka_testing import collect_batches, produce, read_topic
@@ -73,7 +73,7 @@ def test_the_api_consumer_gets_the_options_and_never_logs_a_secret(proxy, new_to
 
 @pytest.mark.spark
 def test_the_jobs_kafka_reads_and_writes_get_the_options(spark, settings, proxy, bootstrap, new_topic, tmp_path):
-    from streamstate.jobs.kafka import read_kafka, write_kafka
+    from streamstate_jobs.kafka import read_kafka, write_kafka
 
     source, target = new_topic(partitions=2), new_topic(partitions=1)
     produce(bootstrap, source, [(None, f"{i}".encode(), i % 2) for i in range(40)])
@@ -92,7 +92,7 @@ def test_the_jobs_kafka_reads_and_writes_get_the_options(spark, settings, proxy,
 def test_topic_ids_are_read_through_a_client_built_by_the_module(settings, new_topic):
     """The topic-id guards (the jobs' and the API's) ask an admin client for ids; a client that is
     collected before its futures resolve fails them, and the guard then silently sees no ids."""
-    from streamstate.jobs.kafka.identity import topic_ids
+    from streamstate_jobs.kafka.identity import topic_ids
 
     topic = new_topic(1, "ids")
     ids = topic_ids(settings, [topic, "no-such-topic-here"])

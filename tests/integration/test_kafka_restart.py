@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.settings import Settings
+from streamstate_pipeline.settings import Settings
 from tests.integration.kafka_testing import produce
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from streamstate.jobs.kafka import KafkaConnectorUnavailable, kafka_sink_options, read_kafka, write_kafka
-from streamstate.jobs.kafka.connector import jvm_class_loads
-from streamstate.stack.launcher import free_port
+from streamstate_jobs.kafka import KafkaConnectorUnavailable, kafka_sink_options, read_kafka, write_kafka
+from streamstate_jobs.kafka.connector import jvm_class_loads
+from streamstate_stack.launcher import free_port
 from tests.integration.kafka_testing import produce, read_topic
 
 pytestmark = pytest.mark.spark
@@ -79,7 +79,7 @@ def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tm
 
 
 def test_a_session_without_the_connector_gets_a_clear_error(spark, settings, monkeypatch):
-    from streamstate.jobs.kafka import connector
+    from streamstate_jobs.kafka import connector
 
     # The lookup can say yes and no: classes on the classpath load, others do not.
     assert jvm_class_loads(spark, "org.apache.spark.sql.SparkSession")

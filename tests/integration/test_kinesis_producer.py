@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from streamstate.producers.kinesis_writer import kinesis_entry
-from streamstate.producers.produced_record import ProducedRecord
+from streamstate_producers.kinesis_writer import kinesis_entry
+from streamstate_producers.produced_record import ProducedRecord
 from tests.kinesis_testing import read_back
 
 
@@ -17,7 +17,7 @@ def test_events_go_to_the_stream_of_the_topics_name_every_one_delivered(kinesis_
     stream = new_stream(shards=2)
     env = {**os.environ, "STREAMSTATE_KINESIS_ENDPOINT_URL": kinesis_settings.kinesis_endpoint_url}
     result = subprocess.run(
-        [sys.executable, "-m", "streamstate.producers", "events", "--sink", "kinesis", "--topic", stream,
+        [sys.executable, "-m", "streamstate_producers", "events", "--sink", "kinesis", "--topic", stream,
          "--count", "700", "--seed", "3", "--no-progress"],
         env=env, capture_output=True, text=True, timeout=120,
     )
@@ -29,7 +29,7 @@ def test_events_go_to_the_stream_of_the_topics_name_every_one_delivered(kinesis_
 def test_a_missing_stream_is_one_error_line(kinesis_settings):
     env = {**os.environ, "STREAMSTATE_KINESIS_ENDPOINT_URL": kinesis_settings.kinesis_endpoint_url}
     result = subprocess.run(
-        [sys.executable, "-m", "streamstate.producers", "metrics", "--sink", "kinesis", "--topic", "no-such-stream", "--count", "1"],
+        [sys.executable, "-m", "streamstate_producers", "metrics", "--sink", "kinesis", "--topic", "no-such-stream", "--count", "1"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 2

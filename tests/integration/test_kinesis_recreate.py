@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from streamstate.jobs.kinesis import read_kinesis
-from streamstate.jobs.kinesis.identity import epoch_ms, iso_ms
-from streamstate.jobs.lost_input import is_source_reset
-from streamstate.kinesis import create_stream
+from streamstate_jobs.kinesis import read_kinesis
+from streamstate_jobs.kinesis.identity import epoch_ms, iso_ms
+from streamstate_jobs.lost_input import is_source_reset
+from streamstate_pipeline.kinesis import create_stream
 from tests.integration.kafka_testing import collect_batches
 from tests.kinesis_testing import client, put_in_order
 
@@ -132,7 +132,7 @@ def test_a_stream_recreated_while_the_query_runs_fails_its_next_batch(spark, kin
 def test_the_job_stops_with_exit_2_on_a_recreated_stream_or_starts_over(kinesis_settings, stack, new_topic, new_stream, tmp_path):
     # As tests/reliability/test_source_reset.py for a Kafka topic, with the anomalies job (a real
     # process, the runner deciding) reading its metrics from Kinesis.
-    from streamstate.stack.launcher import free_port
+    from streamstate_stack.launcher import free_port
     from tests.reliability.test_source_reset import latest, points
     from tests.scenario import pipeline_topics
 

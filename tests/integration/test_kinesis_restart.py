@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline.settings import REPO_ROOT
 from tests.integration.test_kafka_restart import batch_rows, kill, wait_for
 from tests.kinesis_testing import ordinals, put_in_order, split
 

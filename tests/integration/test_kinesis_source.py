@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from streamstate.jobs.kinesis import KINESIS_SCHEMA, read_kinesis
+from streamstate_jobs.kinesis import KINESIS_SCHEMA, read_kinesis
 from tests.integration.kafka_testing import collect_batches
 from tests.kinesis_testing import ThrottlingProxy, merge, ordinals, put_in_order, split
 
@@ -156,8 +156,8 @@ def test_latest_and_at_timestamp_starting_positions(spark, kinesis_settings, new
 def test_with_source_kinesis_each_job_reads_its_stream_once_with_the_kafka_columns(spark, kinesis_settings, job):
     import re
 
-    from streamstate.jobs.context import JobContext
-    from streamstate.jobs.registry import JOBS
+    from streamstate_jobs.context import JobContext
+    from streamstate_jobs.registry import JOBS
 
     context = JobContext(spark, kinesis_settings.model_copy(update={"source": "kinesis"}), JOBS[job])
     plan = JOBS[job].build(context)._jdf.queryExecution().logical().toString()

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from streamstate.jobs.spark import LOCAL_ABSTRACT_FILE_SYSTEM, LOCAL_FILE_SYSTEM
+from streamstate_jobs.spark import LOCAL_ABSTRACT_FILE_SYSTEM, LOCAL_FILE_SYSTEM
 
 pytestmark = pytest.mark.spark
 

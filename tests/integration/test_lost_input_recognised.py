@@ -7,9 +7,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamstate.jobs.declaration import JobSpec
-from streamstate.jobs.lost_input import KAFKA_DATA_LOSS, error_conditions, is_source_reset
-from streamstate.jobs.runner import start_query
+from streamstate_jobs.declaration import JobSpec
+from streamstate_jobs.lost_input import KAFKA_DATA_LOSS, error_conditions, is_source_reset
+from streamstate_jobs.runner import start_query
 from tests.state_queries import produce_json
 
 pytestmark = pytest.mark.spark

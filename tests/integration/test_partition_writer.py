@@ -1,4 +1,4 @@
-"""The jobs' output writer (streamstate.jobs.kafka.partition_writer) on a real broker: each
+"""The jobs' output writer (streamstate_jobs.kafka.partition_writer) on a real broker: each
 kind's rows reach their topic, in the partition Spark's own Kafka sink picks for the key, the
 summary counts what was written, and rows the job does not declare fail the batch before any
 of their Arrow batch is written. In transactions: a replayed batch writes nothing again, a task
@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from streamstate.jobs.kafka import write_kafka
-from streamstate.jobs.kafka.partition_writer import (
+from streamstate_jobs.kafka import write_kafka
+from streamstate_jobs.kafka.partition_writer import (
     BatchTransactions,
     OutputNotDelivered,
     OutputPlan,
@@ -28,8 +28,8 @@ from streamstate.jobs.kafka.partition_writer import (
     _write_task,
     write_partitions,
 )
-from streamstate.kafka_clients import connection, producer_config
-from streamstate.stack.launcher import free_port
+from streamstate_pipeline.kafka_clients import connection, producer_config
+from streamstate_stack.launcher import free_port
 from tests.integration.kafka_testing import read_topic
 
 pytestmark = pytest.mark.spark
@@ -97,7 +97,7 @@ def test_undeclared_rows_fail_the_batch_before_their_rows_are_written(spark, set
 
 
 def test_a_batch_that_cannot_be_delivered_fails(spark, settings, monkeypatch):
-    from streamstate.jobs.kafka import partition_writer
+    from streamstate_jobs.kafka import partition_writer
 
     # Short timeouts so that the failure comes in seconds, not the producer's minutes.
     monkeypatch.setitem(partition_writer.WRITER_TUNING, "message.timeout.ms", 1500)

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from streamstate.contracts import ContractError, Metric, UserEvent, parse_input
-from streamstate.producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
-from streamstate.kafka_clients import reader_config
-from streamstate.producers.kafka_writer import produce_records
-from streamstate.producers.scenario import read_scenario
-from streamstate.stack.launcher import free_port
-from streamstate.topics import existing_topics
+from streamstate_pipeline.contracts import ContractError, Metric, UserEvent, parse_input
+from streamstate_producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
+from streamstate_pipeline.kafka_clients import reader_config
+from streamstate_producers.kafka_writer import produce_records
+from streamstate_producers.scenario import read_scenario
+from streamstate_stack.launcher import free_port
+from streamstate_pipeline.topics import existing_topics
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -111,7 +111,7 @@ def test_delivery_failures_are_counted_not_lost(bootstrap, new_topic):
 # --------------------------------------------------------------------------- CLI
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "streamstate.producers", *args],
+        [sys.executable, "-m", "streamstate_producers", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -160,7 +160,7 @@ def test_cli_metrics_count(bootstrap, new_topic):
 def test_sigterm_flushes_and_summarises(bootstrap, new_topic):
     topic = new_topic(2)
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamstate.producers", "events", "--rate", "300", "--topic", topic, "--bootstrap", bootstrap],
+        [sys.executable, "-m", "streamstate_producers", "events", "--rate", "300", "--topic", topic, "--bootstrap", bootstrap],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.stack import binaries
-from streamstate.jobs.spark import s3a_conf
-from streamstate.stack.s3 import S3, S3Error
-from streamstate.settings import Settings
+from streamstate_pipeline import binaries
+from streamstate_jobs.spark import s3a_conf
+from streamstate_stack.s3 import S3, S3Error
+from streamstate_pipeline.settings import Settings
 from tests.integration.addresses import external_address
 
 pytestmark = pytest.mark.spark

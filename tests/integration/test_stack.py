@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack, pid_alive
-from streamstate.stack.up import broker_port
-from streamstate.topics import existing_topics, load_topics
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack, pid_alive
+from streamstate_stack.up import broker_port
+from streamstate_pipeline.topics import existing_topics, load_topics
 
 
 def test_topics_are_created_as_defined(stack, settings):
@@ -45,7 +45,7 @@ def test_stop_ends_every_process_it_started(tmp_path):
 LAUNCHER = """
 import sys, time
 from pathlib import Path
-from streamstate.stack.launcher import EmbeddedStack
+from streamstate_stack.launcher import EmbeddedStack
 stack = EmbeddedStack(workdir=Path(sys.argv[1]), quiet=True)
 stack.start_broker()
 print(stack.processes["broker"].pid, flush=True)

@@ -11,11 +11,11 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from streamstate.contracts import DeadLetter
-from streamstate.jobs.checkpoints import CheckpointFiles
-from streamstate.jobs.kafka.connector import read_kafka
-from streamstate.jobs.kafka.timestamps import SPARK_LIMIT_MS
-from streamstate.jobs.kafka.unreadable_records import (
+from streamstate_pipeline.contracts import DeadLetter
+from streamstate_jobs.checkpoints import CheckpointFiles
+from streamstate_jobs.kafka.connector import read_kafka
+from streamstate_jobs.kafka.timestamps import SPARK_LIMIT_MS
+from streamstate_jobs.kafka.unreadable_records import (
     RunPastUnreadableRecords,
     Skipper,
     UnreadableRecord,

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from streamstate.settings import REPO_ROOT
-from streamstate.stack import binaries
+from streamstate_pipeline.settings import REPO_ROOT
+from streamstate_pipeline import binaries
 from streamstate.testing.spark import JARS_VARIABLE
 
 pytestmark = [

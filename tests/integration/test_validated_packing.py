@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from streamstate.jobs import anomalies_job, sessions_job
-from streamstate.jobs.validation import (
+from streamstate_jobs.anomalies import job as anomalies_job
+from streamstate_jobs.sessions import job as sessions_job
+from streamstate_jobs.validation import (
     DEAD_LETTER_COLUMNS,
     INVALID_RECORDS_KEY,
     RowLayout,
@@ -23,13 +24,13 @@ from streamstate.jobs.validation import (
     validate,
     validated_schema,
 )
-from streamstate.settings import Settings
+from streamstate_pipeline.settings import Settings
 from streamstate.state.keyrun import INPUT_COLUMNS, TIME
 from streamstate.state.operators import _input_layout, bucket_of
 from streamstate.state.packing import BLOB, BUCKET, LATEST, PACKED_WITH_LATEST_SCHEMA, unpack
 from streamstate.state.placement import balanced_labels, key_buckets
 from streamstate.state.spec import StateSpec
-from tests.unit.json_records import KEY_FIELD, MODELS
+from tests.json_records import KEY_FIELD, MODELS
 from tests.unit.test_validation_batch import raw_batches
 
 pytestmark = pytest.mark.spark

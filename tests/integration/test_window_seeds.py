@@ -16,7 +16,7 @@ from streamstate.state.tester import by_key
 from streamstate.state.window_tester import WindowTester
 from streamstate.state.windows import Duration, WindowOp
 from tests.state_queries import RowCollector, produce_json
-from tests.window_reference import Record, ReferenceWindows
+from library.tests.window_reference import Record, ReferenceWindows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

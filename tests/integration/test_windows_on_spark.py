@@ -31,7 +31,7 @@ from streamstate.state import (
 from streamstate.state.tester import by_key
 from streamstate.state.window_tester import WindowTester
 from streamstate.state.windows import WindowOp
-from tests.window_reference import Record, ReferenceWindows
+from library.tests.window_reference import Record, ReferenceWindows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

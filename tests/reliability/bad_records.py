@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from streamstate.contracts import MAX_TS, EVENT_TYPES
+from streamstate_pipeline.contracts import MAX_TS, EVENT_TYPES
 
 # The biggest value a producer with librdkafka's default message.max.bytes (1,000,000) can send.
 NEAR_LIMIT_BYTES = 999_000

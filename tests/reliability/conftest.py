@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from streamstate.stack.launcher import EmbeddedStack, free_port
+from streamstate_stack.launcher import EmbeddedStack, free_port
 from tests.conftest import checkpoint_root_for
 from tests.scenario import pipeline_topics
 

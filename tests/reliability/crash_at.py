@@ -37,8 +37,8 @@ import signal
 import sys
 from pathlib import Path
 
-from streamstate.jobs import routing
-from streamstate.kinds import Kind
+from streamstate_jobs import routing
+from streamstate_jobs.kinds import Kind
 
 AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS = "after-commit", "in-transaction", "between-transactions"
 POINTS = (AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS)
@@ -77,10 +77,10 @@ def main() -> None:
     if point == AFTER_COMMIT:
         routing.write_partitions = functools.partial(_write_then_crash, routing.write_partitions)
     else:
-        from streamstate.jobs import spark
+        from streamstate_jobs import spark
 
         spark.build_spark = functools.partial(spark.build_spark, spark__python__daemon__module="tests.reliability.crash_daemon")
-    importlib.import_module(f"streamstate.jobs.{job}_job").main()
+    importlib.import_module(f"streamstate_jobs.{job}_job").main()
 
 
 if __name__ == "__main__":

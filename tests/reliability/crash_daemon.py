@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyspark.daemon import manager
 
-from streamstate.jobs.kafka import partition_writer
+from streamstate_jobs.kafka import partition_writer
 from tests.reliability.crash_at import (
     BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, STALL_MID, STALL_TOPIC_ENV, crash,
 )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from streamstate.stack.launcher import EmbeddedStack, ManagedProcess
+from streamstate_stack.launcher import EmbeddedStack, ManagedProcess
 from tests.checkpoints import CheckpointFiles
 
 

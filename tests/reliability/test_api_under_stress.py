@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streamstate.stack.launcher import EmbeddedStack, ManagedProcess
+from streamstate_stack.launcher import EmbeddedStack, ManagedProcess
 from tests.api_builders import session_snapshot
 from tests.integration.api_harness import publish, wait_until
 from tests.reliability.conftest import LARGE

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamstate.contracts import DEAD_LETTER_TEXT_LIMIT, ContractError, Metric, UserEvent, dead_letter_text, parse_input
+from streamstate_pipeline.contracts import DEAD_LETTER_TEXT_LIMIT, ContractError, Metric, UserEvent, dead_letter_text, parse_input
 from tests.reference_rules import SourceRecord, dead_letter
 from tests.reliability.bad_records import bad_record
 

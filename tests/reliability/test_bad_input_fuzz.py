@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from streamstate.contracts import DeadLetter, Metric, UserEvent
+from streamstate_pipeline.contracts import DeadLetter, Metric, UserEvent
 from tests.reference_rules import run_reference
-from streamstate.producers.produced_record import ProducedRecord, expected_reason
+from streamstate_producers.produced_record import ProducedRecord, expected_reason
 from tests.reliability.bad_records import bad_record, huge_string, near_limit_value
 from tests.reliability.conftest import LARGE
 from tests.scenario import assert_outputs_match, build_scenario, produce_scenario, read_topic, run_jobs_in_process

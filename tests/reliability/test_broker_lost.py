@@ -31,7 +31,7 @@ The outputs a ``read_committed`` consumer sees must equal the plain-Python refer
 acknowledged record lost with its leader, none written twice by a retry or a re-run task.
 The node stays dead to the end; the job process must still run. Its query may have been
 restarted by the job's runner meanwhile (the test prints how often): in one run of three the
-per-batch input-topic id check (streamstate/jobs/kafka/identity.py, a describe_topics with a
+per-batch input-topic id check (spark-jobs/src/streamstate_jobs/kafka/identity.py, a describe_topics with a
 10 s timeout) timed out against the dead node, failed the batch, and the restarted query
 replayed it; exactly once must hold through that too. The input holds the scenario's user
 events only (the sessions job's input): the anomalies job, a second Spark JVM, would add
@@ -46,10 +46,10 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from streamstate.kafka_clients import admin
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack, free_port
-from streamstate.topics import TopicSpec, create_topics
+from streamstate_pipeline.kafka_clients import admin
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack, free_port
+from streamstate_pipeline.topics import TopicSpec, create_topics
 from tests.conftest import _started_pids
 from tests.integration.api_harness import wait_until
 from tests.reliability.crash_at import MARKER_ENV, STALL_MID, STALL_TOPIC_ENV

@@ -11,8 +11,8 @@ import re
 import httpx
 import pytest
 
-from streamstate.settings import Settings
-from streamstate.stack.launcher import EmbeddedStack, free_port
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack, free_port
 from tests.integration.api_harness import wait_until
 from tests.scenario import build_scenario, produce_scenario
 

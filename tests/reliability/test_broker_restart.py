@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from streamstate.stack.launcher import free_port
+from streamstate_stack.launcher import free_port
 from tests.checkpoints import CheckpointFiles
 from tests.integration.api_harness import wait_until
 from tests.scenario import Scenario, assert_outputs_match, build_scenario, collect_outputs, produce_scenario

@@ -22,7 +22,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from streamstate.jobs.kafka.timestamps import SPARK_LIMIT_MS, exposed_topics
+from streamstate_jobs.kafka.timestamps import SPARK_LIMIT_MS, exposed_topics
 from tests.reference_rules import SourceRecord
 from tests.scenario import (
     build_scenario, differences, produce_scenario, read_outputs, read_topic, run_jobs_in_process, start_jobs_in_process,
@@ -136,9 +136,9 @@ def test_a_jobs_extra_query_skips_an_unreadable_timestamp_and_leaves_its_dead_le
 ):
     """The sessions job's event-counts query reads the same input: it skips the record as well and
     reads on, and writes no dead letter (the job's own query writes the one)."""
-    from streamstate.jobs.checkpoints import CheckpointFiles
-    from streamstate.jobs.registry import JOBS
-    from streamstate.jobs.runner import start_query
+    from streamstate_jobs.checkpoints import CheckpointFiles
+    from streamstate_jobs.registry import JOBS
+    from streamstate_jobs.runner import start_query
 
     plain = new_topic(1, "plain-counts", {"retention.ms": "-1"})
     settings = pipeline_stack.settings.model_copy(update={"topic_user_events": plain})

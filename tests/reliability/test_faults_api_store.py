@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.api import store as store_module
-from streamstate.api.store import SESSION, StoreDamaged, ViewStore, open_store
+from streamstate_api import store as store_module
+from streamstate_api.store import SESSION, StoreDamaged, ViewStore, open_store
 from tests.api_builders import session_snapshot
 from tests.integration.api_harness import ApiProcess, make_topics, publish, wait_until
 from tests.reliability.damage import damages_of, garbage

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.jobs.checkpoint_metadata import (
+from streamstate_jobs.checkpoint_metadata import (
     CheckpointMetadataDamaged,
     decode,
     encode,
     engine_shape,
     topic_ids_shape,
 )
-from streamstate.jobs.checkpoints import ENGINE_FILE, ENGINE_FIX, TOPIC_IDS_FILE, TOPIC_IDS_FIX, bucket_labels
+from streamstate_jobs.checkpoints import ENGINE_FILE, ENGINE_FIX, TOPIC_IDS_FILE, TOPIC_IDS_FIX, bucket_labels
 from streamstate.state.placement import balanced_labels
 from tests.reliability.damage import damages_of
 

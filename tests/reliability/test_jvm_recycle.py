@@ -3,7 +3,7 @@
 Spark 4.2.0 leaks one connection per stateful task (SPARK-58932): the runner counts the
 connections its JVM holds after their other end closed them, and past
 ``STREAMSTATE_JOB_JVM_SOCKET_BUDGET`` stops the queries, ends the JVM and starts a new one
-(:mod:`streamstate.jobs.jvm_recycle`). Here the budget is one, so the jobs move again and again
+(:mod:`streamstate_jobs.jvm_recycle`). Here the budget is one, so the jobs move again and again
 while the scenario arrives; a read_committed consumer must see every output once,
 equal to the reference, and no old JVM may outlive its move.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.jobs.jvm_recycle import java_descendants
+from streamstate_jobs.jvm_recycle import java_descendants
 from tests.integration.api_harness import wait_until
 from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs
 

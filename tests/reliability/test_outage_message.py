@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from streamstate.jobs.outage import failure_message
-from streamstate.kafka_clients import broker_problem
-from streamstate.stack.launcher import free_port
+from streamstate_jobs.outage import failure_message
+from streamstate_pipeline.kafka_clients import broker_problem
+from streamstate_stack.launcher import free_port
 
 
 def test_a_live_broker_is_not_blamed(bootstrap):

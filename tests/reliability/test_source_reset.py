@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.state_queries import produce_json
-from streamstate.topics import TopicSpec, create_topics
+from streamstate_pipeline.topics import TopicSpec, create_topics
 from tests.integration.api_harness import wait_until
 from tests.scenario import read_topic
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from streamstate.jobs.kafka.partition_writer import (
+from streamstate_jobs.kafka.partition_writer import (
     WRITER_TUNING,
     BatchTransactions,
     OutputPlan,
@@ -34,9 +34,9 @@ from streamstate.jobs.kafka.partition_writer import (
     _write_task,
     transaction_timeouts,
 )
-from streamstate.kafka_clients import admin, connection, producer_config
-from streamstate.stack.launcher import EmbeddedStack, free_port
-from streamstate.stack.servers import KafkaBroker
+from streamstate_pipeline.kafka_clients import admin, connection, producer_config
+from streamstate_stack.launcher import EmbeddedStack, free_port
+from streamstate_stack.servers import KafkaBroker
 from tests.conftest import _topic_factory
 from tests.integration.api_harness import wait_until
 from tests.integration.kafka_testing import read_topic
@@ -185,7 +185,7 @@ def tuned_pipeline(tuned, tmp_path):
 
 def _sessions_scenario(seed: int, events: int, users: int):
     """The scripted scenario's user events alone (the sessions job's input), as tests.scenario makes them."""
-    from streamstate.producers.generators import UserEventGenerator
+    from streamstate_producers.generators import UserEventGenerator
     from tests.scenario import Scenario
 
     generator = UserEventGenerator(seed=seed, users=users, duplicate_rate=0.04, late_rate=0.04, malformed_rate=0.03,
@@ -300,7 +300,7 @@ def _checkpoint_with_an_uncommitted_batch(root: Path, planned_ms: int) -> str:
 
 
 def test_the_start_up_check_refuses_only_a_batch_older_than_the_brokers_keep_its_markers(spark, tuned, tmp_path):
-    from streamstate.jobs.checkpoints import BatchMarkersMayHaveExpired, check_markers_kept, offsets_retention_ms
+    from streamstate_jobs.checkpoints import BatchMarkersMayHaveExpired, check_markers_kept, offsets_retention_ms
 
     settings = tuned.settings
     assert offsets_retention_ms(settings) == 60_000, "the tuned broker's offsets.retention.minutes, read with DescribeConfigs"

@@ -21,8 +21,8 @@ from collections import Counter
 
 import pytest
 
-from streamstate.contracts import EVENT_TYPES, ID_MAX_CHARS, DeadLetter
-from streamstate.producers.produced_record import ProducedRecord
+from streamstate_pipeline.contracts import EVENT_TYPES, ID_MAX_CHARS, DeadLetter
+from streamstate_producers.produced_record import ProducedRecord
 from tests.reliability.conftest import LARGE
 from tests.scenario import Scenario, differences, produce_scenario, read_topic, run_jobs_in_process
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from bench.latency import phase_medians
 from bench.latency_floor import SAMPLE_EVERY, ForwardSampled, forward_sampled
-from streamstate.kinds import Kind
+from streamstate_jobs.kinds import Kind
 from streamstate.state import State
 
 

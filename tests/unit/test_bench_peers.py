@@ -7,8 +7,8 @@ import json
 
 from bench.peers import quix_anomalies, quix_sessions
 from tests.reference_rules import SourceRecord, run_reference
-from streamstate.producers.generators import MetricGenerator, UserEventGenerator
-from streamstate.settings import Settings
+from streamstate_producers.generators import MetricGenerator, UserEventGenerator
+from streamstate_pipeline.settings import Settings
 
 
 class KeyState:

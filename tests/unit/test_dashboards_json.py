@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamstate.api.metrics import ApiMetrics
-from streamstate.api.store import open_store
-from streamstate.api.view import StateView
-from streamstate.jobs.metrics import JobMetrics
-from streamstate.jobs.registry import JOBS
+from streamstate_api.metrics import ApiMetrics
+from streamstate_api.store import open_store
+from streamstate_api.view import StateView
+from streamstate_jobs.metrics import JobMetrics
+from streamstate_jobs.registry import JOBS
 from tests.dashboards import DASHBOARDS_DIR, DATASOURCE_UID, load_dashboards, panel_queries, panels
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline.settings import REPO_ROOT
 
 PROVISIONING = REPO_ROOT / "infra" / "grafana" / "provisioning"
 DASHBOARDS = load_dashboards()

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import streamstate.state.tester as tester_module
-from streamstate.kinds import Kind
+from streamstate_jobs.kinds import Kind
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()

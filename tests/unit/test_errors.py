@@ -1,5 +1,7 @@
-"""One exception family: every exception the project defines descends from StreamstateError
-through its layer's branch, and lost input is recognised by type or error class first."""
+"""Two exception families, one per product: every exception the state library defines descends
+from streamstate.errors.StreamstateError, every one the pipeline's deployables define from
+streamstate_pipeline.errors.PipelineError through its layer's branch; lost input is recognised
+by type or error class first."""
 
 from __future__ import annotations
 
@@ -7,50 +9,59 @@ import importlib
 import inspect
 import pkgutil
 import traceback
-import warnings
 
 import pytest
 
 import streamstate
-from streamstate import errors
-from streamstate.jobs.kafka.identity import SourceResetError
-from streamstate.jobs.lost_input import error_conditions, is_source_reset, raise_if_lost_input
+from streamstate import errors as library_errors
+from streamstate_pipeline import errors
+from streamstate_pipeline.contracts import ContractError
+from streamstate_jobs.kafka.identity import SourceResetError
+from streamstate_jobs.lost_input import error_conditions, is_source_reset, raise_if_lost_input
 
+PIPELINE_PACKAGES = ("streamstate_pipeline", "streamstate_jobs", "streamstate_api", "streamstate_producers", "streamstate_stack")
 BRANCHES = (
-    errors.ConfigurationError, errors.StateError, errors.JobError, errors.ApiError, errors.ProducerError,
-    errors.StackError, errors.UnavailableError,
+    errors.ConfigurationError, errors.JobError, errors.ApiError, errors.ProducerError, errors.StackError,
+    errors.UnavailableError, ContractError,
 )
 
 
-def _defined_exceptions() -> list[type[BaseException]]:
+def _defined_exceptions(package_names) -> list[type[BaseException]]:
     found = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the state API's old path
-        for module in pkgutil.walk_packages(streamstate.__path__, "streamstate."):
+    for name in package_names:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if module.name.endswith("__main__"):
+                continue
             for _, cls in inspect.getmembers(importlib.import_module(module.name), inspect.isclass):
                 if issubclass(cls, BaseException) and cls.__module__ == module.name:
                     found.append(cls)
     return found
 
 
-DEFINED = _defined_exceptions()
+LIBRARY = _defined_exceptions(["streamstate"])
+PIPELINE = _defined_exceptions(PIPELINE_PACKAGES)
 
 
 def test_the_walk_finds_the_exceptions_of_every_layer():
-    modules = {cls.__module__.split(".")[1] for cls in DEFINED}
-    assert {"api", "jobs", "producers", "stack", "state", "errors", "contracts"} <= modules, modules
+    assert {"streamstate.errors", "streamstate.state.state", "streamstate.state.operators"} <= {c.__module__ for c in LIBRARY}
+    assert {c.__module__.split(".")[0] for c in PIPELINE} == set(PIPELINE_PACKAGES)
 
 
-@pytest.mark.parametrize("cls", DEFINED, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
-def test_every_exception_descends_from_the_root(cls):
-    assert issubclass(cls, errors.StreamstateError)
+@pytest.mark.parametrize("cls", LIBRARY, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_every_library_exception_descends_from_its_root(cls):
+    assert issubclass(cls, library_errors.StreamstateError)
+    assert streamstate.__name__ == cls.__module__.split(".")[0]
 
 
-@pytest.mark.parametrize("cls", [c for c in DEFINED if c.__module__ != "streamstate.errors"], ids=lambda c: c.__qualname__)
+@pytest.mark.parametrize("cls", PIPELINE, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_every_pipeline_exception_descends_from_its_root(cls):
+    assert issubclass(cls, errors.PipelineError)
+
+
+@pytest.mark.parametrize("cls", [c for c in PIPELINE if c.__module__ != "streamstate_pipeline.errors"], ids=lambda c: c.__qualname__)
 def test_every_layer_class_sits_on_a_branch_or_is_one(cls):
-    from streamstate.contracts import ContractError
-
-    assert issubclass(cls, (*BRANCHES, ContractError)), cls.__mro__
+    assert issubclass(cls, BRANCHES), cls.__mro__
 
 
 def test_lost_input_is_recognised_by_type_and_by_the_text_that_crosses_the_jvm():

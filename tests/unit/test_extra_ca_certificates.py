@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline.settings import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "infra" / "docker" / "extra_ca_certificates.py"
 STOCK = sorted(Path("/usr/share/ca-certificates").rglob("*.crt"))

@@ -11,11 +11,11 @@ import pytest
 from packaging.requirements import Requirement
 
 from infra import locked_requirements as locked
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline.settings import REPO_ROOT
 
 LOCK = REPO_ROOT / "requirements.lock"
 PYPROJECT = REPO_ROOT / "pyproject.toml"
-DOCKERFILES = [REPO_ROOT / d / "Dockerfile" for d in ("spark-jobs", "services", "producers")]
+DOCKERFILES = [REPO_ROOT / d / "Dockerfile" for d in ("spark-jobs", "services/api", "producers")]
 
 
 def test_the_lock_holds_every_pin_of_pyproject_at_the_same_version():
@@ -68,7 +68,7 @@ def _dependencies_installed_here(name: str) -> set[str]:
 @pytest.mark.parametrize(
     "argv",
     [
-        _installer_args(REPO_ROOT / "services" / "Dockerfile"),
+        _installer_args(REPO_ROOT / "services" / "api" / "Dockerfile"),
         _installer_args(REPO_ROOT / "producers" / "Dockerfile"),
         _installer_args(REPO_ROOT / "spark-jobs" / "Dockerfile"),
         ["--extra", "test"],

@@ -7,19 +7,19 @@ import subprocess
 
 import pytest
 
-from streamstate.stack.observability import (
+from streamstate_stack.observability import (
     ALERT_RULES_PATH,
     COMPOSE_CONFIG_PATH,
     prometheus_config,
     render_compose_prometheus_config,
     render_embedded_prometheus_config,
 )
-from streamstate.settings import Settings
+from streamstate_pipeline.settings import Settings
 
 
 def test_committed_compose_config_is_the_rendered_one():
     assert COMPOSE_CONFIG_PATH.read_text() == render_compose_prometheus_config(), (
-        "infra/prometheus/prometheus.yml is stale: run `python -m streamstate.stack.observability`"
+        "infra/prometheus/prometheus.yml is stale: run `python -m streamstate_stack.observability`"
     )
 
 

@@ -6,7 +6,7 @@ import contextlib
 import io
 from pathlib import Path
 
-from streamstate.cli import main
+from streamstate_pipeline.cli import main
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

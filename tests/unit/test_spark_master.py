@@ -1,10 +1,10 @@
-"""Which master the session builder sets (streamstate.jobs.spark.master_to_set): the one Spark
+"""Which master the session builder sets (streamstate_jobs.spark.master_to_set): the one Spark
 was given wins over the spark_master setting, except Spark's MASTER over an explicit setting."""
 
 from __future__ import annotations
 
-from streamstate.jobs.spark import master_to_set
-from streamstate.settings import Settings
+from streamstate_jobs.spark import master_to_set
+from streamstate_pipeline.settings import Settings
 
 DEFAULT = Settings()  # spark_master not given: local[2]
 EXPLICIT = Settings(spark_master="spark://cluster:7077")

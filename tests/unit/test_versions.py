@@ -9,8 +9,9 @@ import tomllib
 
 import pytest
 
-from streamstate.stack import binaries, version_pins
-from streamstate.settings import REPO_ROOT
+from streamstate_pipeline import binaries
+from streamstate_stack import version_pins
+from streamstate_pipeline.settings import REPO_ROOT
 
 VERSIONS = binaries.versions()
 

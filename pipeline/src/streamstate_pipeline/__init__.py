@@ -1,0 +1,1 @@
+"""What the pipeline's deployables share: settings, wire contracts, topics, client configuration."""

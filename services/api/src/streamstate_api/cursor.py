@@ -1,0 +1,30 @@
+"""Page cursors: the last user id of a page, hex-encoded so it is opaque and URL-safe.
+
+Every string that matches :data:`CURSOR_PATTERN` decodes (bytes that are not UTF-8 map
+to surrogates and simply sort somewhere), so a cursor that the schema allows is never
+refused; only a malformed one is (400).
+"""
+
+from __future__ import annotations
+from streamstate_pipeline.errors import ApiError
+
+CURSOR_PATTERN = r"^(?:[0-9a-fA-F]{2})*$"
+
+
+class BadCursor(ApiError, ValueError):
+    """A cursor that is not an even-length hex string."""
+
+
+def encode_cursor(last_key: str) -> str:
+    return last_key.encode("utf-8", "surrogateescape").hex()
+
+
+def decode_cursor(cursor: str) -> str:
+    """The key a page continues after, or :class:`BadCursor` with a one-line reason."""
+    try:
+        raw = bytes.fromhex(cursor)
+    except ValueError:
+        raise BadCursor(
+            f"cursor {cursor[:40]!r} is not valid: pass the next_cursor of the previous page unchanged"
+        ) from None
+    return raw.decode("utf-8", "surrogateescape")

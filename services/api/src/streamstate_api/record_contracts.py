@@ -1,0 +1,142 @@
+"""Decoding of the records the API follows: state snapshots, tombstones and alerts.
+
+Each record is validated once, on arrival, against its contract model in *strict* mode
+and then kept as the bytes it arrived as. Strict validation (no coercion such as
+``"12"`` for an integer; unknown fields are already forbidden by the models) is what makes
+the original bytes safe to serve: they match the model documented in the OpenAPI schema.
+Responses splice those bytes instead of building model objects per request, so a million
+sessions cost bytes, not object graphs, and decoding skips a re-serialisation. The jobs
+write these topics with ``model_dump_json``, which strict validation always accepts.
+
+The check also refuses what the view's store cannot hold: a snapshot's ``ts`` is kept as a
+signed 64-bit integer (:data:`~streamstate_api.store.TS_MIN` .. ``TS_MAX``), and the contract
+allows any integer. Passed through, such a record failed the store write of its whole batch,
+and the follower retried that batch for ever (issue 51).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import cast
+
+from pydantic import BaseModel, ValidationError
+
+from streamstate_api.store import TS_MAX, TS_MIN
+from streamstate_pipeline.contracts import Alert, ContractError, MetricSnapshot, SessionSnapshot, decode_utf8, explain
+
+
+class Source(str, Enum):
+    """The three topics the view is built from (their names come from the settings)."""
+
+    SESSIONS = "sessions"
+    SERIES = "series"
+    ALERTS = "alerts"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    user_id: str
+    body: bytes
+    active: bool
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesRecord:
+    series_id: str
+    body: bytes
+    last_z: float | None
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRecord:
+    alert_id: str
+    kind: str
+    entity: str
+    ts: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """A null value: the key leaves the view."""
+
+    key: str
+
+
+Record = SessionRecord | SeriesRecord | AlertRecord | Tombstone
+
+_MODELS: dict[Source, tuple[type[BaseModel], str]] = {
+    Source.SESSIONS: (SessionSnapshot, "user_id"),
+    Source.SERIES: (MetricSnapshot, "series_id"),
+    Source.ALERTS: (Alert, "alert_id"),
+}
+
+
+def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
+    """One Kafka record of ``source`` as a view record, or :class:`ContractError` with the reason."""
+    return build(source, summarize(source, key, value), value)
+
+
+# What validation keeps of a record besides its bytes, as a plain tuple (cheap to send back
+# from a worker process): ("t", key) | ("s", user_id, active, ts) | ("m", series_id, last_z, ts)
+# | ("a", alert_id, kind, entity, ts).
+Summary = tuple
+
+
+def summarize(source: Source, key: bytes | None, value: bytes | None) -> Summary:
+    """Validate one record strictly against its contract; what the view needs of it, or :class:`ContractError`."""
+    key_text = decode_utf8(key, "key")
+    if key_text is None:
+        raise ContractError("key is null")
+    if value is None:
+        return ("t", key_text)
+    model, key_field = _MODELS[source]
+    try:
+        parsed = model.model_validate_json(cast(str, decode_utf8(value, "value")), strict=True)  # not None: a tombstone returned above
+    except ValidationError as exc:
+        raise ContractError(explain(exc)) from None
+    if getattr(parsed, key_field) != key_text:
+        raise ContractError(f"key {key_text!r} does not match {key_field} {getattr(parsed, key_field)!r}")
+    if isinstance(parsed, (SessionSnapshot, MetricSnapshot)) and not TS_MIN <= parsed.ts <= TS_MAX:
+        raise ContractError(
+            f"field 'ts': {_describe_int(parsed.ts)} is outside what the API's view store holds "
+            f"(a signed 64-bit integer, {TS_MIN} to {TS_MAX})"
+        )
+    if isinstance(parsed, SessionSnapshot):
+        return ("s", parsed.user_id, parsed.open_session is not None, parsed.ts)
+    if isinstance(parsed, MetricSnapshot):
+        return ("m", parsed.series_id, parsed.last_z, parsed.ts)
+    assert isinstance(parsed, Alert)
+    return ("a", parsed.alert_id, parsed.kind, parsed.entity, parsed.ts)
+
+
+def _describe_int(value: int) -> str:
+    # Python refuses to print integers over 4,300 digits; no reason needs them whole.
+    return str(value) if value.bit_length() <= 200 else f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+
+
+def summarize_batch(sources: list[str], keys: list[bytes | None], values: list[bytes | None]) -> list[Summary | str]:
+    """:func:`summarize` over a batch (run in a worker process); a refused record gives its reason."""
+    out: list[Summary | str] = []
+    for source, key, value in zip(sources, keys, values):
+        try:
+            out.append(summarize(Source(source), key, value))
+        except ContractError as exc:
+            out.append(exc.reason)
+    return out
+
+
+def build(source: Source, summary: Summary, value: bytes | None) -> Record:
+    """The view record of a validated record: its summary plus its bytes as they arrived."""
+    kind = summary[0]
+    if kind == "t":
+        return Tombstone(summary[1])
+    body = bytes(cast(bytes, value))  # a tombstone returned above
+    if kind == "s":
+        return SessionRecord(summary[1], body, summary[2], summary[3])
+    if kind == "m":
+        return SeriesRecord(summary[1], body, summary[2], summary[3])
+    return AlertRecord(summary[1], summary[2], summary[3], summary[4], body)

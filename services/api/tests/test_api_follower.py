@@ -1,0 +1,49 @@
+"""The view follower's handling of what it consumed, without a broker: records handed to its
+ingest step as the validation step hands them over (rows and their summaries)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamstate_api.broadcast import AlertBroadcaster
+from streamstate_api.follower import ViewFollower
+from streamstate_api.metrics import ApiMetrics
+from streamstate_api.record_contracts import Source, summarize
+from streamstate_api.store import open_store
+from streamstate_api.view import StateView
+from streamstate_pipeline.settings import Settings
+from tests.api_builders import session_snapshot
+
+IDENTITY = {"format": 1, "topics": {"sessions": "s", "series": "m", "alerts": "a"}}
+
+
+def _follower(tmp_path: Path) -> tuple[ViewFollower, StateView, ApiMetrics, Settings]:
+    settings = Settings(api_store_path=tmp_path / "store", topic_session_state="s", topic_metric_state="m", topic_alerts="a")
+    view = StateView(open_store(settings.api_store_path, 8, IDENTITY).store, 10)
+    metrics = ApiMetrics(view)
+    return ViewFollower(settings, view, metrics, AlertBroadcaster()), view, metrics, settings
+
+
+def test_a_record_the_store_cannot_hold_is_a_counted_bad_record_and_later_records_go_on(tmp_path):
+    """Issue 51: a snapshot whose ``ts`` the store's 64-bit field cannot hold failed the write of
+    its whole batch; the follower retried that batch for ever, so nothing after it was served and
+    nothing counted it. Here the summary is what an older strict check let through."""
+    follower, view, metrics, _ = _follower(tmp_path)
+    good, later = session_snapshot("u1", ts=1_000), session_snapshot("u3", ts=3_000)
+    huge = session_snapshot("u2", ts=2_000).to_json().replace(b'"ts":2000', b'"ts":%d' % 2**63)
+    rows = [
+        (Source.SESSIONS, 0, 0, b"u1", good.to_json()),
+        (Source.SESSIONS, 0, 1, b"u2", huge),
+        (Source.SESSIONS, 0, 2, b"u3", later.to_json()),
+    ]
+    summaries = [summarize(Source.SESSIONS, b"u1", good.to_json()), ("s", "u2", True, 2**63),
+                 summarize(Source.SESSIONS, b"u3", later.to_json())]
+    try:
+        follower._ingest(rows, summaries)
+        assert view.session("u1")[0] is not None and view.session("u3")[0] is not None, "later records are served"
+        assert view.session("u2")[0] is None
+        assert view.positions(Source.SESSIONS) == {0: 3}, "the unstorable record is consumed, not retried"
+        assert metrics.registry.get_sample_value("streamstate_api_bad_records_total", {"topic": "s"}) == 1
+        assert view.sizes()["sessions"] == 2
+    finally:
+        view.close()

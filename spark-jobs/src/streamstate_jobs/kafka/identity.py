@@ -1,0 +1,57 @@
+"""Which topic a checkpoint's offsets belong to: Kafka topic ids.
+
+A topic deleted and created again under the same name (or a broker whose data was deleted)
+restarts its offsets at 0. Once the new topic has grown past the
+offsets a checkpoint holds, offsets alone cannot tell it from the old one, and a job would
+silently skip the new topic's first records. Brokers since Kafka 2.8 give every
+topic a random id at creation; comparing ids closes that gap. A broker without ids answers
+the all-zero id, and then only offsets (checked by the sources at planning) are compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
+
+from streamstate_pipeline.kafka_clients import admin
+from streamstate_pipeline.errors import SourceError
+
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid, base64
+TIMEOUT_S = 10.0
+
+
+class SourceResetError(SourceError, RuntimeError):
+    """An input topic is not the one the checkpoint was written from, or lost records under it."""
+
+
+def topic_ids(broker: object, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:
+    """Topic id (base64) of each topic that has one; topics without an id are left out.
+    ``broker``: ``Settings`` or a client configuration (see :func:`streamstate_pipeline.kafka_clients.connection`);
+    ``client``: an admin client of that broker to ask instead of a new one."""
+    names = sorted(set(topics))
+    ids: dict[str, str] = {}
+    if client is None:
+        client = admin(broker)  # held until the futures are resolved: a collected client fails them (_DESTROY)
+    for name, future in client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S).items():
+        try:
+            topic_id = str(future.result(TIMEOUT_S).topic_id)
+        except KafkaException:
+            continue  # a missing topic has no id: the sources report missing topics themselves
+        except FutureTimeout:
+            # A broker lost mid-batch (its leadership not yet moved) can leave the answer late: this
+            # batch goes on with the offsets' own checks, and the next one asks again, rather than
+            # failing the batch and restarting the query for a question the next batch answers.
+            continue
+        if topic_id and topic_id != NO_TOPIC_ID:
+            ids[name] = topic_id
+    return ids
+
+
+def changed_topics(recorded: dict[str, str], current: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Topics whose id differs from the recorded one: name -> (recorded id, current id)."""
+    return {
+        name: (old, current[name]) for name, old in recorded.items() if name in current and current[name] != old
+    }

@@ -1,0 +1,70 @@
+"""Recognising input lost under a checkpoint, by type and by Spark's error class.
+
+Two things mean the input lost records the checkpoint still points at: Spark's Kafka source
+refusing to skip offsets that are gone (error class ``KAFKA_DATA_LOSS.*``), and our
+:class:`~streamstate_jobs.kafka.identity.SourceResetError` (a topic recreated, a Kinesis shard
+lineage broken). The runner then stops the job, or starts over, instead of restarting into the
+same loss.
+
+Inside ``foreachBatch`` Spark's error is still a JVM exception with its error class, so routing
+turns it into a SourceResetError there (:func:`raise_if_lost_input`). Past the Python function,
+only text crosses back to the JVM: the failed query then carries the SourceResetError's
+qualified class name, which Python's traceback prints, and that is what is recognised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamstate_jobs.kafka.identity import SourceResetError
+
+KAFKA_DATA_LOSS = "KAFKA_DATA_LOSS"
+SOURCE_RESET_NAME = f"{SourceResetError.__module__}.{SourceResetError.__qualname__}"
+
+
+def error_conditions(error: object) -> list[str]:
+    """The Spark error classes (conditions) of a failed Spark call or query: along its JVM causes,
+    or its own when no JVM is behind it."""
+    origin: Any = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    if origin is None:
+        # No JVM behind it (a Spark Connect error, one built in Python): a PySpark exception then
+        # holds its own condition, which getCondition() returns without asking a JVM. A classic
+        # CapturedException keeps its condition only in the JVM, so without one it has none.
+        from pyspark.errors import PySparkException
+        from pyspark.errors.exceptions.captured import CapturedException
+
+        if isinstance(error, PySparkException) and not isinstance(error, CapturedException):
+            condition = error.getCondition()
+            return [condition] if condition else []
+        return []
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    gateway, jvm = SparkContext._gateway, SparkContext._jvm  # noqa: SLF001 - how PySpark itself reads conditions
+    conditions, hops = [], 0
+    while origin is not None and hops < 20:  # a cause chain can loop back on itself
+        if is_instance_of(gateway, origin, "org.apache.spark.SparkThrowable"):
+            condition = jvm.PythonErrorUtils.getCondition(origin)  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
+            if condition:
+                conditions.append(str(condition))
+        origin, hops = origin.getCause(), hops + 1
+    return conditions
+
+
+def _data_loss_conditions(error: object) -> list[str]:
+    """The error's conditions of class KAFKA_DATA_LOSS (any subclass)."""
+    return [c for c in error_conditions(error) if c.split(".")[0] == KAFKA_DATA_LOSS]
+
+
+def is_source_reset(error: object) -> bool:
+    """Whether a failed query lost input under its checkpoint."""
+    if isinstance(error, SourceResetError) or _data_loss_conditions(error):
+        return True
+    return SOURCE_RESET_NAME in str(error)
+
+
+def raise_if_lost_input(error: BaseException) -> None:
+    """Raise a SourceResetError from ``error`` when Spark failed it as lost Kafka input."""
+    lost = _data_loss_conditions(error)
+    if lost:
+        raise SourceResetError(f"Kafka input was lost under the checkpoint ({lost[0]})") from error

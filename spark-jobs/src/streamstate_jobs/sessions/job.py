@@ -1,0 +1,176 @@
+"""The sessions job: user-events -> sessions, alerts, session-state, dead-letters.
+
+    streamstate-sessions-job --help
+
+One streaming query: Kafka source -> contract validation -> event-time watermark ->
+``map_with_state`` per user running :mod:`streamstate_jobs.sessions.rules` (which also
+drops duplicates and refuses late or overflowing events, dead-lettered here) -> routed to
+the output topics by ``foreachBatch``. Bad records pass the same operator under a reserved
+key and come out as dead letters, so the topic is read and validated once per batch. The
+rule itself lives in the rules module; this file is the wiring and the job's declaration
+(:data:`JOB`), including the counters and gauges only this job feeds.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+import typing
+from functools import partial
+from sys import intern
+from typing import Any, Mapping
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from streamstate_pipeline.contracts import ClosedSession, UserEvent
+from streamstate_jobs.context import JobContext
+from streamstate_jobs.declaration import Counter, ExtraQuery, Gauge, JobSpec
+from streamstate_jobs.sessions import rules as sessions
+from streamstate_jobs.rules.dead_letters import refused_event
+from streamstate_jobs.runner import job_main
+from streamstate_jobs.validation import dead_letter_row, good_rows, validate
+from streamstate_jobs.kinds import Kind
+from streamstate_pipeline.settings import Settings
+from streamstate.state import Columns, Emit, State, StateSpec
+
+_ARRIVAL_ORDER = operator.itemgetter(0, 1)  # (partition, offset)
+
+
+def _arrivals(events: Columns) -> list[tuple]:
+    # Arrival (offset) order, so that the first of two copies of an event wins. The type and
+    # topic names are interned: a state then pickles each once, not once per pending event.
+    arrived = sorted(
+        zip(events["partition"], events["offset"], events["ts"], events["event_id"], map(intern, events["type"]),
+            events["amount"], map(intern, events["topic"]), events["kafka_ts"]),
+        key=_ARRIVAL_ORDER,
+    )
+    return [
+        (ts, event_id, kind, amount, (topic, partition, offset, kafka_ts))
+        for partition, offset, ts, event_id, kind, amount, topic, kafka_ts in arrived
+    ]
+
+
+def _count(counter: str, n: int) -> Emit:
+    return Emit(Kind.COUNT, counter, str(n))
+
+
+def on_user(rule: sessions.SessionRule, user_id: str, events: Columns, state: State):
+    """Columnar function: hold the user's new events, settle what the watermark allows."""
+    watermark = state.watermark_ms if state.watermark_ms >= 0 else None
+    current = state.get() if state.exists() else sessions.new_state()
+    admitted = sessions.admit(current, _arrivals(events), watermark)
+    for late in admitted.late:
+        yield dead_letter_row(refused_event(late.stage, late.reason, user_id, late.event))
+    if admitted.late:
+        yield _count("late_events", len(admitted.late))
+    if admitted.duplicates:
+        yield _count("duplicate_events", admitted.duplicates)
+    if not state.exists() and not admitted.accepted:
+        return  # nothing but late events or duplicates from a user we hold nothing for
+    result = sessions.settle(current, user_id, watermark, rule)
+    for rejected in result.rejected:
+        yield dead_letter_row(refused_event(rejected.stage, rejected.reason, user_id, rejected.event))
+    if sessions.expired(current, watermark, rule):
+        state.remove()  # idle past the TTL: a tombstone on session-state
+    else:
+        state.update(current)
+        state.set_timeout_timestamp(sessions.next_deadline(current, rule))
+    for alert in result.alerts:
+        yield Emit(Kind.ALERT, alert.alert_id, alert.model_dump_json())
+    if result.closed:
+        for closed in result.closed:
+            yield Emit(Kind.SESSION, user_id, closed.model_dump_json())
+        for ended_by, n in collections.Counter(closed.ended_by for closed in result.closed).items():
+            yield _count(f"sessions_closed:{ended_by}", n)
+    if result.opened:
+        yield _count("sessions_opened", result.opened)
+
+
+def user_snapshot(rule: sessions.SessionRule, user_id: str, state: Any) -> str | None:
+    return None if state is None else sessions.snapshot_json(user_id, state, rule)
+
+
+# What the rule reads of a validated event (map_validated adds the dead-letter columns).
+STATE_COLUMNS = ("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset")
+
+
+def state_spec(settings: Settings) -> StateSpec:
+    rule = sessions.SessionRule.from_settings(settings)
+    return (
+        StateSpec.columnar_function(partial(on_user, rule))
+        .event_time("ts")
+        .snapshots(partial(user_snapshot, rule))
+        .buckets(settings.bucket_count)
+        .hot_keys(settings.state_hot_keys)
+    )
+
+
+def build(ctx: JobContext) -> DataFrame:
+    return ctx.keyed_state_rows(UserEvent, "user_id", STATE_COLUMNS, state_spec(ctx.settings), snapshots=Kind.SESSION_STATE)
+
+
+def event_counts(ctx: JobContext) -> DataFrame:
+    """Events by type over a sliding event-time window (the seeds' countByValueAndWindow),
+    as (kind, key, payload) rows in update mode: each batch re-emits the windows it changed."""
+    settings = ctx.settings
+    counts = (
+        good_rows(validate(ctx.read_input(), UserEvent, settings.max_clock_skew_ms))
+        .withColumn("event_time", F.timestamp_millis("ts"))
+        .withWatermark("event_time", f"{settings.watermark_delay_ms} milliseconds")
+        .groupBy(F.window("event_time", settings.event_count_window, settings.event_count_slide), "type")
+        .count()
+    )
+    start, end = F.unix_millis(F.col("window.start")), F.unix_millis(F.col("window.end"))
+    return counts.select(
+        F.lit(Kind.EVENT_COUNT.value).alias("kind"),
+        F.concat_ws("@", "type", start.cast("string")).alias("key"),
+        F.to_json(F.struct("type", start.alias("window_start"), end.alias("window_end"), "count", end.alias("ts"))).alias("payload"),
+    )
+
+
+def latest_window_counts(windows: list[dict[str, Any]]) -> Mapping[str, float]:
+    """Events per type in the newest window a batch of ``event_count`` rows updated."""
+    newest = max(w["window_end"] for w in windows)
+    return {w["type"]: w["count"] for w in windows if w["window_end"] == newest}
+
+
+SESSION_END_REASONS: tuple[str, ...] = typing.get_args(ClosedSession.model_fields["ended_by"].annotation)
+
+JOB = JobSpec(
+    name="sessions",
+    description="Sessions job: per-user sessions, behaviour and alerts from the user-events topic.",
+    build=build,
+    inputs=("topic_user_events",),
+    outputs={
+        "alert": "topic_alerts",
+        "session": "topic_sessions",
+        "session_state": "topic_session_state",
+        "dead_letter": "topic_dead_letters",
+        "event_count": "topic_event_counts",
+    },
+    metrics_port="sessions_metrics_port",
+    alert_kinds=("bot_burst", "purchase_without_view", "long_session"),
+    extra_queries=(ExtraQuery("event-counts", event_counts, "update"),),
+    counters=(
+        Counter("late_events", "Valid events at or behind the watermark when they arrived (dead-lettered with stage late)."),
+        Counter("duplicate_events", "Events dropped as re-sent copies of an event_id already seen."),
+        Counter(
+            "sessions_closed", "Sessions closed, by what ended them.",
+            metric="streamstate_sessions_closed", job_label=False, label="ended_by", label_values=SESSION_END_REASONS,
+        ),
+    ),
+    gauges=(
+        # Opened minus closed since this process started: what was open before a restart is
+        # not known without scanning every key's state.
+        Gauge("sessions_open", "Sessions open now.", metric="streamstate_sessions_open", job_label=False,
+              adds=("sessions_opened",), subtracts=("sessions_closed",)),
+        Gauge("events_in_window", "Events per type in the latest sliding window.", metric="streamstate_events_in_window",
+              job_label=False, label="type", reads=(Kind.EVENT_COUNT, latest_window_counts)),
+    ),
+)
+
+main = job_main(JOB)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""When the session builder checkpoints through spark-jobs/jvm/'s classes, its local file system
+and its checkpoint file manager (streamstate_jobs.spark.checkpoint_io_conf): only with its jar
+and a local master, keeping a caller's classpath and a caller's own classes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from streamstate_jobs.spark import (
+    CHECKPOINT_FILE_MANAGER,
+    CHECKPOINT_FILE_MANAGER_KEY,
+    LOCAL_ABSTRACT_FILE_SYSTEM,
+    LOCAL_FILE_SYSTEM,
+    checkpoint_io_conf,
+)
+
+JAR = Path("/deps/checkpoint-io/streamstate-checkpoint-io.jar")
+
+
+def test_a_local_master_with_the_jar_gets_the_classpath_and_all_three_classes():
+    for master in ("local", "local[2]", "local[*]", "local-cluster[2,1,1024]"):
+        assert checkpoint_io_conf(JAR, master, {}) == {
+            "spark.driver.extraClassPath": str(JAR),
+            "spark.executor.extraClassPath": str(JAR),
+            "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
+            "spark.hadoop.fs.AbstractFileSystem.file.impl": LOCAL_ABSTRACT_FILE_SYSTEM,
+            CHECKPOINT_FILE_MANAGER_KEY: CHECKPOINT_FILE_MANAGER,
+        }, master
+
+
+def test_without_the_jar_or_on_a_cluster_nothing_changes():
+    assert checkpoint_io_conf(None, "local[2]", {}) == {}
+    for master in ("spark://cluster:7077", "yarn", "k8s://https://api:6443"):
+        assert checkpoint_io_conf(JAR, master, {}) == {}, master
+
+
+def test_a_callers_classpath_is_kept_and_its_own_classes_win():
+    conf = {
+        "spark.driver.extraClassPath": "/opt/mine.jar",
+        "spark.hadoop.fs.file.impl": "com.example.MyLocalFileSystem",
+        CHECKPOINT_FILE_MANAGER_KEY: "com.example.MyCheckpointFileManager",
+    }
+    result = checkpoint_io_conf(JAR, "local[2]", conf)
+    assert result["spark.driver.extraClassPath"] == f"/opt/mine.jar{os.pathsep}{JAR}"
+    assert result["spark.executor.extraClassPath"] == str(JAR)
+    assert "spark.hadoop.fs.file.impl" not in result
+    assert CHECKPOINT_FILE_MANAGER_KEY not in result
+    assert result["spark.hadoop.fs.AbstractFileSystem.file.impl"] == LOCAL_ABSTRACT_FILE_SYSTEM
+
+
+def test_outside_a_source_checkout_no_jar_is_looked_for(tmp_path, monkeypatch):
+    """The images install the package without infra/: a job there must start, with Hadoop's class."""
+    from streamstate_pipeline import binaries
+
+    monkeypatch.setattr(binaries, "VERSIONS_FILE", tmp_path / "missing" / "versions.env")
+    binaries.versions.cache_clear()
+    try:
+        assert binaries.checkpoint_io_jar(install=False) is None
+    finally:
+        binaries.versions.cache_clear()

@@ -1,2 +1,0 @@
-"""One router per resource (sessions, series, alerts, operations), included by
-:func:`streamstate.api.app.create_app`."""
