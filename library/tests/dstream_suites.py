@@ -3,7 +3,7 @@
 Each :class:`SuiteCase` is one test of Spark's ``MapWithStateSuite`` or one ``updateStateByKey``
 test of its ``BasicOperationsSuite``: the batches of words (each word a record with value 1, as
 the suites' ``s.map(x => (x, 1))``), the function, and what Spark expects after each batch (the
-outputs, and for mapWithState the whole state). ``tests/unit/test_dstream_suites.py`` runs them
+outputs, and for mapWithState the whole state). ``library/tests/test_dstream_suites.py`` runs them
 through the in-memory :class:`~streamstate.state.tester.StateTester`;
 ``tests/integration/test_dstream_suites_on_spark.py`` runs them as real streaming queries
 (:func:`run_cases_on_a_streaming_query`), and ``tests/connect/`` runs the same on Spark Connect.

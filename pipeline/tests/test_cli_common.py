@@ -16,7 +16,7 @@ from streamstate_pipeline.cli_common import add_common_options, client_option, s
 from streamstate_jobs.spark import LAUNCHER
 from infra.locked_requirements import workspace_members
 
-# The launcher is how Spark starts Python workers (tests/unit/test_spark_python.py), not a user command.
+# The launcher is how Spark starts Python workers (spark-jobs/tests/test_spark_python.py), not a user command.
 SCRIPTS = {
     name: target
     for member in workspace_members().values()

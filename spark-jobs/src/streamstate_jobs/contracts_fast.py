@@ -13,7 +13,7 @@ then the contract's: both libraries parse JSON numbers with correctly rounded al
 a ``Number`` integer becomes its double as ``_finite_double`` makes it. Everything else,
 every bad record and any good one the fast path is unsure of, goes through ``parse_input``,
 which decides and gives the reason it gives today. So the fast path may leave too much to
-the contract, but never accepts what the contract refuses (tests/unit/test_contracts_fast.py
+the contract, but never accepts what the contract refuses (spark-jobs/tests/test_contracts_fast.py
 proves both on generated records, good and bad).
 
 Where msgspec alone would accept what the contract refuses, the batch is checked first
