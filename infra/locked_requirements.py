@@ -103,12 +103,17 @@ def pyproject_roots(pyproject: Path) -> dict[str, list[str]]:
 
 
 def workspace_members(root: Path = ROOT) -> dict[str, Path]:
-    """The workspace's member folders (``[tool.uv.workspace]``) by distribution name."""
+    """The workspace's member folders (``[tool.uv.workspace]``) by distribution name.
+
+    A member whose pyproject.toml is absent is left out: an image's dependency layer copies only
+    the pyproject.toml files of the members it installs (a member those require and the image
+    lacks then shows as a package the lock lacks)."""
     data = tomllib.loads((root / "pyproject.toml").read_text())
     members = {}
     for folder in data["tool"]["uv"]["workspace"]["members"]:
-        name = tomllib.loads((root / folder / "pyproject.toml").read_text())["project"]["name"]
-        members[normalise(name)] = root / folder
+        pyproject = root / folder / "pyproject.toml"
+        if pyproject.is_file():
+            members[normalise(tomllib.loads(pyproject.read_text())["project"]["name"])] = root / folder
     return members
 
 
@@ -148,7 +153,8 @@ def select(lock: dict[str, Locked], roots: set[str]) -> list[Locked]:
     """The entries ``roots`` need: the roots and, transitively, whatever the lock says they pull in."""
     missing = roots - set(lock)
     if missing:
-        raise ValueError(f"requirements.lock lacks {', '.join(sorted(missing))}: run `make lock`")
+        raise ValueError(f"requirements.lock lacks {', '.join(sorted(missing))}: run `make lock` "
+                         "(or, for a workspace member, put its pyproject.toml beside the others)")
     chosen = set(roots)
     grew = True
     while grew:
