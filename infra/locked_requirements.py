@@ -103,12 +103,17 @@ def pyproject_roots(pyproject: Path) -> dict[str, list[str]]:
 
 
 def workspace_members(root: Path = ROOT) -> dict[str, Path]:
-    """The workspace's member folders (``[tool.uv.workspace]``) by distribution name."""
+    """The workspace's member folders (``[tool.uv.workspace]``) by distribution name.
+
+    A member whose pyproject.toml is absent is left out: an image's dependency layer copies only
+    the pyproject.toml files of the members it installs (a member those require and the image
+    lacks then shows as a package the lock lacks)."""
     data = tomllib.loads((root / "pyproject.toml").read_text())
     members = {}
     for folder in data["tool"]["uv"]["workspace"]["members"]:
-        name = tomllib.loads((root / folder / "pyproject.toml").read_text())["project"]["name"]
-        members[normalise(name)] = root / folder
+        pyproject = root / folder / "pyproject.toml"
+        if pyproject.is_file():
+            members[normalise(tomllib.loads(pyproject.read_text())["project"]["name"])] = root / folder
     return members
 
 
@@ -148,7 +153,8 @@ def select(lock: dict[str, Locked], roots: set[str]) -> list[Locked]:
     """The entries ``roots`` need: the roots and, transitively, whatever the lock says they pull in."""
     missing = roots - set(lock)
     if missing:
-        raise ValueError(f"requirements.lock lacks {', '.join(sorted(missing))}: run `make lock`")
+        raise ValueError(f"requirements.lock lacks {', '.join(sorted(missing))}: run `make lock` "
+                         "(or, for a workspace member, put its pyproject.toml beside the others)")
     chosen = set(roots)
     grew = True
     while grew:
@@ -183,18 +189,19 @@ def drift(root: Path, lock: dict[str, Locked]) -> list[str]:
     return problems
 
 
-def all_members(members: dict[str, Path]) -> list[str]:
+def all_members(members: dict[str, Path], root: Path = ROOT) -> list[str]:
     """Every member with every extra, as ``make setup`` installs them."""
     specs = []
     for path in members.values():
         extras = [g.removeprefix("extra:") for g in pyproject_roots(path / "pyproject.toml") if g.startswith("extra:")]
-        specs.append(f"{path.relative_to(ROOT).as_posix()}[{','.join(extras)}]" if extras else path.relative_to(ROOT).as_posix())
+        specs.append(f"{path.relative_to(root).as_posix()}[{','.join(extras)}]" if extras else path.relative_to(root).as_posix())
     return specs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lock", type=Path, default=ROOT / "requirements.lock")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the workspace's root (default: this checkout's)")
+    parser.add_argument("--lock", type=Path, help="default: requirements.lock in the root")
     parser.add_argument("--member", action="append", default=[], metavar="FOLDER[EXTRAS]",
                         help="a workspace member's folder (or name), with extras in brackets: library[connect]")
     parser.add_argument("--all-members", action="store_true", help="every member with every extra")
@@ -203,24 +210,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", action="store_true", help="print the members' folders (`pip install -e` takes them)")
     args = parser.parse_args(argv)
 
-    members = workspace_members()
+    root = args.root.resolve()
+    members = workspace_members(root)
     if args.members:
-        print("\n".join(path.relative_to(ROOT).as_posix() for path in members.values()))
+        print("\n".join(path.relative_to(root).as_posix() for path in members.values()))
         return 0
-    lock = read_lock(args.lock)
+    lock = read_lock(args.lock or root / "requirements.lock")
     if args.check:
-        problems = drift(ROOT, lock)
+        problems = drift(root, lock)
         for problem in problems:
             print(f"stale lock: {problem} (run `make lock`)", file=sys.stderr)
         return 1 if problems else 0
-    groups = pyproject_roots(ROOT / "pyproject.toml")
+    groups = pyproject_roots(root / "pyproject.toml")
     unknown = [g for g in args.group if f"group:{g}" not in groups]
     if unknown:
         parser.error(f"pyproject.toml has no dependency group {', '.join(unknown)}")
     roots = {requirement_name(r) for g in args.group for r in groups[f"group:{g}"]}
     try:
-        for spec in (all_members(members) if args.all_members else []) + args.member:
-            roots |= member_roots(spec, members)
+        for spec in (all_members(members, root) if args.all_members else []) + args.member:
+            roots |= member_roots(spec, members, root)
         chosen = select(lock, roots)
     except ValueError as exc:
         parser.error(str(exc))

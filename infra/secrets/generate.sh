@@ -19,7 +19,7 @@ set -eu
 # SECRETS_DIR: where the volumes are mounted (the unit tests use a temporary directory).
 dir="${SECRETS_DIR:-/run/secrets}"
 umask 077
-# The project's images' user (useradd --uid in spark-jobs/, services/ and producers/Dockerfile).
+# The project's images' user (useradd --uid in spark-jobs/, services/api/ and producers/Dockerfile).
 project_uid=10001
 grafana_uid=472
 

@@ -6,7 +6,6 @@ import fnmatch
 import re
 import shutil
 import subprocess
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ FILE_ENV = REPO_ROOT / "infra" / "docker" / "file-env.sh"
 LOCAL_IMAGES_FILE = REPO_ROOT / "infra" / "docker" / "compose.local-images.yml"
 # `${VAR}`, `${VAR:-default}`, `${VAR:?message}`: group 1 the name, group 2 the operator, group 3 the rest.
 VARIABLE = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
-DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile",
+DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "api" / "Dockerfile",
                REPO_ROOT / "producers" / "Dockerfile"]
 INSTALL_SCRIPT = REPO_ROOT / "infra" / "install-test-deps.sh"
 
@@ -76,10 +75,6 @@ def dockerignored(path: str) -> bool:
         if any(fnmatch.fnmatch(prefix, pattern.removeprefix("!")) for prefix in prefixes):
             excluded = not pattern.startswith("!")
     return excluded
-
-
-def pyproject() -> dict[str, Any]:
-    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 
 
 @dataclass

@@ -24,7 +24,7 @@ from streamstate_stack.servers import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, 
 from streamstate_stack.profiles import PRODUCTION
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 from streamstate_stack.launcher import EmbeddedStack, object_store_settings
-from tests.compose.compose_files import VARIABLE, Dockerfile, compose, compose_defaults, image_tag
+from tests.compose.compose_files import DOCKERFILES, VARIABLE, Dockerfile, compose, compose_defaults, image_tag
 
 SERVICES = compose()["services"]
 VERSIONS = binaries.versions()
@@ -111,7 +111,7 @@ def test_compose_runs_the_releases_of_infra_versions_env():
     for service in SERVICES.values():
         if "build" in service:
             assert interpolate(service["build"]["args"]["PYTHON_IMAGE"]) == VERSIONS["PYTHON_IMAGE"]
-    for dockerfile in (REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile", REPO_ROOT / "producers" / "Dockerfile"):
+    for dockerfile in DOCKERFILES:
         assert Dockerfile.read(dockerfile).args["PYTHON_IMAGE"] == VERSIONS["PYTHON_IMAGE"], dockerfile
 
 

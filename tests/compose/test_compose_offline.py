@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -33,7 +34,6 @@ from tests.compose.compose_files import (
     dockerignored,
     env_example,
     image_tag,
-    pyproject,
 )
 
 SERVICES = compose()["services"]
@@ -169,7 +169,7 @@ def _image_uid(dockerfile: Path) -> int:
 SECRET_OWNERS = {
     "minio-root-password": 0,
     "minio-jobs-password": _image_uid(REPO_ROOT / "spark-jobs" / "Dockerfile"),
-    "api-token": _image_uid(REPO_ROOT / "services" / "Dockerfile"),
+    "api-token": _image_uid(REPO_ROOT / "services" / "api" / "Dockerfile"),
     "grafana-admin-password": 472,
 }
 
@@ -311,17 +311,27 @@ def test_dockerfile_copy_sources_exist_and_are_not_dockerignored(path):
     assert not problems, f"{path}:\n" + "\n".join(problems)
 
 
+def _member_folders(path: Path) -> list[str]:
+    """The folders the Dockerfile installs with `pip install --no-deps` (its members)."""
+    match = re.search(r"pip install ([^\n&]*--no-deps[^\n&]*)", Dockerfile.read(path).run_text())
+    assert match, f"{path} installs no member with --no-deps"
+    return [word.removeprefix("./").rstrip("/") for word in match[1].split() if not word.startswith("-")]
+
+
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_dockerfile_copies_everything_pip_install_needs(path):
-    # `pip install .` fails unless the readme and every package folder packages.find names are there.
-    project = pyproject()
-    packages = {pattern.split(".")[0].rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
-    needed = {project["project"]["readme"], "pyproject.toml", *packages}
+    # `pip install <member>` builds each member from its folder: its pyproject.toml, its src/
+    # packages and the readme it declares must be copied, and not kept out by .dockerignore.
     copied = {source.rstrip("/") for source in Dockerfile.read(path).copy_sources()}
-    if "." in copied:
-        absent = sorted(n for n in needed if dockerignored(n) or not (REPO_ROOT / n).exists())
-    else:
-        absent = sorted(n for n in needed if n not in copied)
+    absent = []
+    for folder in _member_folders(path):
+        project = tomllib.loads((REPO_ROOT / folder / "pyproject.toml").read_text())["project"]
+        needed = ["pyproject.toml", "src", *([project["readme"]] if "readme" in project else [])]
+        if folder not in copied:
+            absent.append(folder)
+        absent += [f"{folder}/{name}" for name in needed if dockerignored(f"{folder}/{name}")]
+        absent += [f"{folder}/src/{p.name}" for p in (REPO_ROOT / folder / "src").iterdir()
+                   if (p / "__init__.py").is_file() and dockerignored(f"{folder}/src/{p.name}")]
     assert not absent, f"{path}: the image lacks {absent}"
 
 
@@ -329,13 +339,17 @@ def test_dockerfile_copies_everything_pip_install_needs(path):
 def test_the_source_tree_does_not_shadow_the_installed_package(path):
     # Found by the compose test: Spark's Python workers, started in /app, imported the source
     # folder streamstate/ (which has no streamstate_jobs) instead of the installed package.
-    workdir, source_dirs = None, set()
-    for keyword, rest in Dockerfile.read(path).instructions:
+    # The final WORKDIR (on every Python process's sys.path) holds nothing the build copied.
+    dockerfile = Dockerfile.read(path)
+    workdir, copied_to = "/", []
+    for keyword, rest in dockerfile.instructions:
         if keyword == "WORKDIR":
-            workdir = rest
-        elif keyword == "COPY" and rest.split()[0] == ".":
-            source_dirs.add(workdir if rest.split()[-1] in (".", "./") else rest.split()[-1])
-    assert source_dirs and workdir not in source_dirs, f"{path}: the final WORKDIR {workdir} holds the source"
+            workdir = str(PurePosixPath(workdir) / dockerfile.expand(rest))
+        elif keyword == "COPY" and "--from=" not in rest:
+            copied_to.append(str(PurePosixPath(workdir) / dockerfile.expand(rest.split()[-1])))
+    assert _member_folders(path) and copied_to
+    inside = [target for target in copied_to if target == workdir or target.startswith(workdir.rstrip("/") + "/")]
+    assert not inside, f"{path}: the final WORKDIR {workdir} holds copied files: {inside}"
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
@@ -380,19 +394,25 @@ def test_prometheus_scrapes_services_that_exist_on_their_ports():
 @pytest.mark.parametrize(
     "path, entry_modules",
     [
-        (REPO_ROOT / "services" / "Dockerfile", ["streamstate_api.__main__"]),
+        (REPO_ROOT / "services" / "api" / "Dockerfile", ["streamstate_api.__main__"]),
         (REPO_ROOT / "producers" / "Dockerfile", ["streamstate_producers.cli", "streamstate_pipeline.cli"]),
+        (REPO_ROOT / "spark-jobs" / "Dockerfile", ["streamstate_jobs.sessions.job", "streamstate_jobs.anomalies.job"]),
     ],
-    ids=["services", "producers"],
+    ids=["services-api", "producers", "spark-jobs"],
 )
-def test_slim_images_do_not_import_what_they_leave_out(path, entry_modules):
-    match = re.search(r"--without ((?:[\w-]+ ?)+)", Dockerfile.read(path).run_text())
-    assert match, f"{path} installs every dependency; expected a --without list"
-    left_out = {name.lower() for name in match[1].split()}
+def test_images_do_not_import_what_they_leave_out(path, entry_modules):
+    match = re.search(r"python (infra/locked_requirements\.py [^>]*)>", Dockerfile.read(path).run_text())
+    assert match, f"{path} does not select its packages from requirements.lock"
+    selected = subprocess.run([sys.executable, *match[1].split()], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=True)
+    chosen = {m[1] for m in re.finditer(r"^(\S+)==", selected.stdout, re.M)}
+    locked = {m[1] for m in re.finditer(r"^([A-Za-z0-9][\w.-]*)(?:\[[^\]]*\])?==", (REPO_ROOT / "requirements.lock").read_text(), re.M)}
+    normalise = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731
+    left_out = {normalise(name) for name in locked} - {normalise(name) for name in chosen}
+    assert left_out, f"{path} installs every locked package"
     modules = {
         module
         for module, distributions in importlib.metadata.packages_distributions().items()
-        if {d.lower() for d in distributions} & left_out
+        if {normalise(d) for d in distributions} & left_out
     }
     probe = (
         "import importlib, json, sys\n"

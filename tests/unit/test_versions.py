@@ -8,6 +8,8 @@ import re
 import tomllib
 
 import pytest
+import yaml
+from packaging.requirements import Requirement
 
 from streamstate_pipeline import binaries
 from streamstate_stack import version_pins
@@ -35,8 +37,19 @@ def test_a_line_that_is_not_plain_key_value_is_refused(tmp_path, monkeypatch):
 
 
 def test_the_pyspark_wheel_is_the_spark_of_the_versions_file():
-    pins = dict(re.match(r"([\w-]+)==(\S+)", r).groups() for r in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
-    assert pins["pyspark"] == VERSIONS["SPARK_VERSION"], "bump SPARK_VERSION in infra/versions.env and pyproject.toml's pin together"
+    # The jobs pin the wheel (the library's range admits more); the Spark image installs it.
+    requirements = tomllib.loads((REPO_ROOT / "spark-jobs" / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {m[1]: m[2] for m in (re.match(r"([\w-]+)==(\S+)", r) for r in requirements) if m}
+    assert pins["pyspark"] == VERSIONS["SPARK_VERSION"], "bump SPARK_VERSION in infra/versions.env and spark-jobs/pyproject.toml's pin together"
+    library = tomllib.loads((REPO_ROOT / "library" / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(Requirement(r).name == "pyspark" and VERSIONS["SPARK_VERSION"] in Requirement(r).specifier for r in library), \
+        "the library's pyspark range excludes the Spark of infra/versions.env"
+
+
+def test_the_dockerfiles_rendered_are_the_images_compose_builds():
+    built = {REPO_ROOT / service["build"]["dockerfile"] for service in yaml.safe_load(version_pins.COMPOSE.read_text())["services"].values()
+             if "build" in service}
+    assert set(version_pins.DOCKERFILES) == built
 
 
 def test_compose_and_the_dockerfiles_are_rendered_from_the_versions_file():

@@ -25,7 +25,7 @@ COMPOSE = REPO_ROOT / "docker-compose.yml"
 COMPOSE_KINESIS = REPO_ROOT / "docker-compose.kinesis.yml"
 COMPOSE_LOCAL_IMAGES = REPO_ROOT / "infra" / "docker" / "compose.local-images.yml"
 COMPOSE_KAFKA_3 = REPO_ROOT / "infra" / "docker" / "compose.kafka-3.yml"
-DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "Dockerfile", REPO_ROOT / "producers" / "Dockerfile"]
+DOCKERFILES = [REPO_ROOT / "spark-jobs" / "Dockerfile", REPO_ROOT / "services" / "api" / "Dockerfile", REPO_ROOT / "producers" / "Dockerfile"]
 
 
 @dataclass(frozen=True)
