@@ -30,7 +30,7 @@ def settings(**options: object) -> Settings:
 
 
 def test_every_role_gets_the_connection_and_the_options_win_over_tuning():
-    s = settings(**{"linger.ms": "50", "client.id": "mine"})
+    s = settings(**{"linger.ms": "50", "client.id": "mine"}).kafka
     producer = kc.producer_config(s, **{"linger.ms": 20, "batch.num.messages": 7})
     assert producer["bootstrap.servers"] == "b1:9092,b2:9092"
     assert (producer["acks"], producer["linger.ms"], producer["batch.num.messages"], producer["client.id"]) == ("all", "50", 7, "mine")
@@ -44,23 +44,22 @@ def test_every_role_gets_the_connection_and_the_options_win_over_tuning():
 
 
 def test_tuning_takes_librdkafka_names_or_double_underscores():
-    assert kc.producer_config("b:1", linger__ms=9)["linger.ms"] == 9
+    assert kc.producer_config(kc.KafkaConnection("b:1"), linger__ms=9)["linger.ms"] == 9
 
 
-def test_a_reader_keeps_its_managed_settings_even_in_a_spark_sources_client_config():
-    conf = kc.reader_config({"bootstrap.servers": "b:1", "group.id": "sneaky", "enable.auto.commit": "true"})
+def test_a_reader_keeps_its_managed_settings_whatever_the_call_site_tunes():
+    conf = kc.reader_config(kc.KafkaConnection("b:1"), **{"group.id": "sneaky", "enable.auto.commit": "true"})
     assert conf["group.id"] != "sneaky" and conf["enable.auto.commit"] is False
 
 
-def test_connection_from_settings_a_string_or_a_client_config():
+def test_the_connection_of_settings_or_of_a_bare_broker_address():
     s = settings(**{"client.id": "c", "java.sasl.jaas.config": "x"})
-    assert kc.connection(s) == {"bootstrap.servers": "b1:9092,b2:9092", "client.id": "c"}, "java. options stay out"
-    assert kc.connection(s, bootstrap_servers="other:1")["bootstrap.servers"] == "other:1"
-    assert kc.connection("h:1") == {"bootstrap.servers": "h:1"}
-    assert kc.connection({"bootstrap.servers": "h:2", "client.id": "z"}) == {"bootstrap.servers": "h:2", "client.id": "z"}
-    assert kc.bootstrap_of(s) == "b1:9092,b2:9092"
-    with pytest.raises(ValueError, match="bootstrap servers are not set"):
-        kc.connection({"client.id": "z"})
+    assert s.kafka == kc.KafkaConnection("b1:9092,b2:9092", {"client.id": "c", "java.sasl.jaas.config": "x"})
+    assert s.kafka.client_config() == {"bootstrap.servers": "b1:9092,b2:9092", "client.id": "c"}, "java. options stay out"
+    assert s.kafka.bootstrap_servers == "b1:9092,b2:9092"
+    assert kc.KafkaConnection("h:1").client_config() == {"bootstrap.servers": "h:1"}
+    assert kc.KafkaConnection("h:2", {"client.id": "z"}).client_config() == {"bootstrap.servers": "h:2", "client.id": "z"}
+    assert kc.KafkaConnection("h:2", [("client.id", "z")]) == kc.KafkaConnection("h:2", {"client.id": "z"}), "pairs or a mapping"
 
 
 def test_the_environment_variable_takes_a_json_object_of_strings_numbers_and_booleans(monkeypatch):
@@ -168,7 +167,7 @@ def test_java_prefixed_options_reach_only_the_java_client_and_win():
 
 def test_spark_options_carry_the_connection_for_the_java_client():
     s = settings(**SASL, **{"java.sasl.jaas.config": "mine"})
-    options = kc.spark_kafka_options(s)
+    options = s.kafka.spark_options()
     assert options["kafka.bootstrap.servers"] == "b1:9092,b2:9092"
     assert options["kafka.sasl.jaas.config"] == "mine" and "kafka.sasl.password" not in options
     assert all(key.startswith("kafka.") for key in options)
