@@ -17,6 +17,7 @@ from bench.measure import bounded_input_topic
 from streamstate_producers.generators import MetricGenerator, UserEventGenerator
 from streamstate_producers.kafka_writer import produce_records
 from streamstate_pipeline.settings import Settings
+from streamstate_pipeline.kafka_clients import KafkaConnection
 from streamstate_pipeline.topics import create_topics
 
 INPUT_PARTITIONS = 4
@@ -36,8 +37,8 @@ class Dataset:
 def produce(bootstrap: str, topic: str, records, partitions: int = INPUT_PARTITIONS) -> int:
     """Create ``topic`` and produce ``records`` (ProducedRecord for that topic) with the producers'
     own writer: keyed, so each key stays in one partition in order; every delivery checked."""
-    create_topics(bootstrap, [bounded_input_topic(Settings(), topic, partitions)])
-    summary = produce_records(bootstrap, records, progress=False, linger__ms=20, batch__size=1_000_000)
+    create_topics(KafkaConnection(bootstrap), [bounded_input_topic(Settings(), topic, partitions)])
+    summary = produce_records(KafkaConnection(bootstrap), records, progress=False, linger__ms=20, batch__size=1_000_000)
     if not summary.ok:
         raise RuntimeError(f"producing {topic}: {summary.line()}")
     return summary.sent

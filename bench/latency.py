@@ -33,7 +33,7 @@ from bench.api_latency import percentiles
 from bench.measure import bounded_input_topic, fresh_outputs
 from streamstate_jobs.anomalies import job as anomalies_job
 from streamstate_jobs.runner import start_query
-from streamstate_pipeline.kafka_clients import reader_config, watermarks
+from streamstate_pipeline.kafka_clients import KafkaConnection, reader_config, watermarks
 from streamstate_pipeline.settings import Settings
 from streamstate_pipeline.topics import create_topics
 
@@ -95,7 +95,7 @@ def produce_at_rate(settings: Settings, topic: str, rate: int, seconds: float, s
 
 def input_ends(bootstrap: str, topic: str, partitions: int) -> dict[tuple[str, int], int]:
     """The topic's end offsets (each partition's high watermark, as ListOffsets answers)."""
-    consumer = Consumer(reader_config(bootstrap, "bench-latency-ends"))
+    consumer = Consumer(reader_config(KafkaConnection(bootstrap), "bench-latency-ends"))
     try:
         return {tp: high for tp, (_low, high) in watermarks(consumer, [(topic, p) for p in range(partitions)]).items()}
     finally:
@@ -140,7 +140,7 @@ def measure(
     (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location), of the anomalies
     job unless ``start`` starts another query on the run's topics (:mod:`bench.latency_floor`)."""
     input_topic = f"bench-latency-metrics-{int(time.time())}"
-    create_topics(settings.bootstrap_servers, [bounded_input_topic(settings, input_topic, 4)])
+    create_topics(settings.kafka, [bounded_input_topic(settings, input_topic, 4)])
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()

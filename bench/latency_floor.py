@@ -32,7 +32,6 @@ from streamstate_jobs.anomalies import job as anomalies_job
 from streamstate_jobs.checkpoints import state_partitions
 from streamstate_jobs.context import JobContext
 from streamstate_jobs.runner import start_query
-from streamstate_pipeline.kafka_clients import spark_kafka_options
 from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, Settings
 from streamstate.state import Emit, State
@@ -74,7 +73,7 @@ def start_spark_floor(spark: SparkSession, settings: Settings, checkpoint: str) 
     spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions(spark, checkpoint, settings.shuffle_partitions)))
     points = (
         spark.readStream.format("kafka")
-        .options(**spark_kafka_options(settings), subscribe=settings.topic_metrics, startingOffsets="earliest")
+        .options(**settings.kafka.spark_options(), subscribe=settings.topic_metrics, startingOffsets="earliest")
         .load()
         .select(
             F.col("key").cast("string").alias("series_id"),
@@ -88,7 +87,7 @@ def start_spark_floor(spark: SparkSession, settings: Settings, checkpoint: str) 
     )
     return (
         alerts.writeStream.format("kafka")
-        .options(**spark_kafka_options(settings), topic=settings.topic_alerts)
+        .options(**settings.kafka.spark_options(), topic=settings.topic_alerts)
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime=settings.trigger_interval)
         .start()

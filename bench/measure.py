@@ -44,7 +44,7 @@ def fresh_outputs(settings: Settings, label: str) -> Settings:
     """A copy of ``settings`` whose output topics are new (2 partitions each), so runs never share outputs."""
     run_id = uuid.uuid4().hex[:6]
     names = {field: f"bench-{label}-{run_id}-{field.removeprefix('topic_')}" for field in OUTPUT_TOPICS}
-    create_topics(settings.bootstrap_servers, [TopicSpec(name, 2) for name in names.values()])
+    create_topics(settings.kafka, [TopicSpec(name, 2) for name in names.values()])
     return settings.model_copy(update=names)
 
 

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedStack(settings=Settings(checkpoint_root=str(workdir / "checkpoints")), workdir=workdir, quiet=True) as stack:
         bootstrap = stack.start_broker()
         input_topic = f"soak-metrics-{int(time.time())}"
-        create_topics(bootstrap, [bounded_input_topic(stack.settings, input_topic, 4)])
+        create_topics(stack.settings.kafka, [bounded_input_topic(stack.settings, input_topic, 4)])
         settings = fresh_outputs(stack.settings.model_copy(update={
             "topic_metrics": input_topic, "trigger_interval": args.trigger, "anomalies_metrics_port": 0,
             **({"job_jvm_socket_budget": args.socket_budget} if args.socket_budget is not None else {}),

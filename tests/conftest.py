@@ -22,6 +22,7 @@ from streamstate_pipeline.kinesis import ensure_local_credentials
 from streamstate_stack.profiles import EMBEDDED, PRODUCTION
 from streamstate_pipeline.settings import Settings
 from streamstate_stack.launcher import EmbeddedStack, free_port, pid_alive
+from streamstate_pipeline.kafka_clients import KafkaConnection
 from streamstate_pipeline.topics import TopicSpec, create_topics
 
 _started_pids: list[int] = []
@@ -134,7 +135,7 @@ _counter = itertools.count()
 def _topic_factory(bootstrap: str):
     def make(partitions: int = 1, prefix: str = "t", config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
-        create_topics(bootstrap, [TopicSpec(name, partitions, config or {})])
+        create_topics(KafkaConnection(bootstrap), [TopicSpec(name, partitions, config or {})])
         return name
 
     return make

@@ -59,7 +59,7 @@ def private_topics(stack: EmbeddedStack) -> dict[str, str]:
     specs = {spec.name: spec for spec in load_topics(stack.settings.topics_file, stack.settings.partitions)}
     names = {field: f"dash-{topic}-{suffix}" for field, topic in TOPIC_FIELDS.items()}
     create_topics(
-        stack.settings.bootstrap_servers,
+        stack.settings.kafka,
         [TopicSpec(name, specs[TOPIC_FIELDS[field]].partitions, specs[TOPIC_FIELDS[field]].config)
          for field, name in names.items()],
     )

@@ -7,6 +7,7 @@ import sys
 import uuid
 
 from streamstate_stack.launcher import free_port
+from streamstate_pipeline.kafka_clients import KafkaConnection
 from streamstate_pipeline.topics import existing_topics
 
 
@@ -35,7 +36,7 @@ def test_create_is_idempotent_and_list_reports_partitions(bootstrap, tmp_path):
     created = streamstate("topics", "create", *common)
     assert created.returncode == 0, created.stderr
     assert f"{first}\t3\tcreated" in created.stdout
-    present = existing_topics(bootstrap)
+    present = existing_topics(KafkaConnection(bootstrap))
     assert (present[first], present[second]) == (3, 1)
 
     again = streamstate("topics", "create", *common)

@@ -34,11 +34,11 @@ def through(settings, proxy: ClientIdProxy, **options: str):
 
 def test_every_role_sends_the_extra_options(settings, proxy, new_topic):
     topic = new_topic(partitions=1)
-    kc.wait_for_broker(through(settings, proxy, **{"client.id": "role-admin"}), timeout_s=30)
-    producer = Producer(kc.producer_config(through(settings, proxy, **{"client.id": "role-producer"})))
+    kc.wait_for_broker(through(settings, proxy, **{"client.id": "role-admin"}).kafka, timeout_s=30)
+    producer = Producer(kc.producer_config(through(settings, proxy, **{"client.id": "role-producer"}).kafka))
     producer.produce(topic, value=b"v")
     assert producer.flush(30) == 0
-    reader = Consumer(kc.reader_config(through(settings, proxy, **{"client.id": "role-reader"})))
+    reader = Consumer(kc.reader_config(through(settings, proxy, **{"client.id": "role-reader"}).kafka))
     try:
         assert kc.watermarks(reader, [(topic, 0)], 10) == {(topic, 0): (0, 1)}
     finally:
@@ -47,14 +47,14 @@ def test_every_role_sends_the_extra_options(settings, proxy, new_topic):
 
 
 def test_reachability_tells_a_live_broker_from_one_the_options_cannot_use(settings, bootstrap):
-    assert kc.broker_problem(settings) is None
+    assert kc.broker_problem(settings.kafka) is None
     # TLS towards a plaintext listener: the option is applied, so the broker is unusable.
     tls = settings.model_copy(update={"kafka_client_options": {"security.protocol": "SSL"}})
-    problem = kc.broker_problem(tls, timeout_s=2)
+    problem = kc.broker_problem(tls.kafka, timeout_s=2)
     assert problem and "\n" not in problem
     dead = f"127.0.0.1:{free_port()}"
     with pytest.raises(TimeoutError, match=rf"^Kafka broker at {dead} did not answer within 1s: .+"):
-        kc.wait_for_broker(dead, timeout_s=1)
+        kc.wait_for_broker(kc.KafkaConnection(dead), timeout_s=1)
 
 
 @pytest.mark.timeout(180)
@@ -95,5 +95,5 @@ def test_topic_ids_are_read_through_a_client_built_by_the_module(settings, new_t
     from streamstate_jobs.kafka.identity import topic_ids
 
     topic = new_topic(1, "ids")
-    ids = topic_ids(settings, [topic, "no-such-topic-here"])
+    ids = topic_ids(settings.kafka, [topic, "no-such-topic-here"])
     assert set(ids) == {topic} and ids[topic], ids

@@ -28,7 +28,7 @@ from streamstate_jobs.kafka.partition_writer import (
     _write_task,
     write_partitions,
 )
-from streamstate_pipeline.kafka_clients import connection, producer_config
+from streamstate_pipeline.kafka_clients import producer_config
 from streamstate_stack.launcher import free_port
 from tests.integration.kafka_testing import read_topic
 
@@ -160,7 +160,7 @@ def test_a_stale_producer_with_the_same_transactional_id_is_fenced(spark, settin
     # A stuck old driver of the same query: it started a transaction before the new run began.
     alerts, states = new_topic(partitions=1), new_topic(partitions=1)
     transactions = _transactions(3, marker=alerts)
-    zombie = Producer({**producer_config(settings), "transactional.id": transactions.transactional_id(0)})
+    zombie = Producer({**producer_config(settings.kafka), "transactional.id": transactions.transactional_id(0)})
     zombie.init_transactions(30)
     zombie.begin_transaction()
     zombie.produce(alerts, key="z", value=json.dumps({"n": "zombie"}))
@@ -181,7 +181,7 @@ def test_a_task_takes_its_transactional_id_before_its_first_row(settings, bootst
     alerts = new_topic(partitions=1)
     transactions = _transactions(0, marker=alerts)
     fatal: list = []
-    older = Producer({**producer_config(settings), "transactional.id": transactions.transactional_id(0), "error_cb": fatal.append})
+    older = Producer({**producer_config(settings.kafka), "transactional.id": transactions.transactional_id(0), "error_cb": fatal.append})
     older.init_transactions(30)
     older.begin_transaction()
 
@@ -200,7 +200,7 @@ def test_a_task_takes_its_transactional_id_before_its_first_row(settings, bootst
             time.sleep(0.2)
         yield pa.RecordBatch.from_pydict({"kind": ["alert"], "key": ["a"], "payload": [json.dumps({"n": "task"})]})
 
-    output = _TransactionalOutput(producer_config(settings), connection(settings), transactions)
+    output = _TransactionalOutput(producer_config(settings.kafka), settings.kafka.client_config(), transactions)
     _write_task(rows_after_the_older_producer_is_fenced(), plan_for(alerts, alerts), output)
     assert _values(bootstrap, alerts) == [json.dumps({"n": "task"})]
 
@@ -212,8 +212,8 @@ WAITED_FOR_A_CONNECTION = "Selected for cluster connection: acquire ProducerID"
 
 
 def _start_debugged(settings, marker: str) -> None:
-    config = {**producer_config(settings), "debug": "eos,broker"}
-    client = _TransactionalClient.start(f"test.{uuid.uuid4().hex}.0", marker, config, connection(settings))
+    config = {**producer_config(settings.kafka), "debug": "eos,broker"}
+    client = _TransactionalClient.start(f"test.{uuid.uuid4().hex}.0", marker, config, settings.kafka.client_config())
     client.producer.flush(10)
 
 

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from streamstate_pipeline.contracts import ContractError, Metric, UserEvent, parse_input
 from streamstate_producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
-from streamstate_pipeline.kafka_clients import reader_config
+from streamstate_pipeline.kafka_clients import KafkaConnection, reader_config
 from streamstate_producers.kafka_writer import produce_records
 from streamstate_producers.scenario import read_scenario
 from streamstate_stack.launcher import free_port
@@ -33,7 +33,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.
     Reading goes on until the expected count, then a little longer (well past
     fetch.wait.max.ms) so that surplus records would show up too.
     """
-    consumer = Consumer({**reader_config(bootstrap, "producer-tests", **{"fetch.wait.max.ms": 100}), "enable.partition.eof": False})
+    consumer = Consumer({**reader_config(KafkaConnection(bootstrap), "producer-tests", **{"fetch.wait.max.ms": 100}), "enable.partition.eof": False})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
@@ -79,7 +79,7 @@ def test_a_seeded_batch_reads_back_complete_equal_and_in_key_order(bootstrap, ne
     topic = new_topic(4)
     generator = UserEventGenerator(seed=42, users=200, duplicate_rate=0.02, late_rate=0.02, malformed_rate=0.02, topic=topic)
     records = list(generator.take(2000))
-    summary = produce_records(bootstrap, records, progress=False)
+    summary = produce_records(KafkaConnection(bootstrap), records, progress=False)
     assert (summary.sent, summary.failed, summary.errors) == (2000, 0, {})
     read = read_topic(bootstrap, topic, 2000)
     assert_read_back(read, records)
@@ -90,7 +90,7 @@ def test_malformed_records_read_back_fail_the_contract_with_the_expected_reason(
     events_topic, metrics_topic = new_topic(2), new_topic(2)
     events = list(UserEventGenerator(seed=3, users=30, malformed_rate=0.3, topic=events_topic).take(300))
     metrics = list(MetricGenerator(seed=3, series=10, malformed_rate=0.3, topic=metrics_topic).take(300))
-    summary = produce_records(bootstrap, events + metrics, rate=2000, progress=False)
+    summary = produce_records(KafkaConnection(bootstrap), events + metrics, rate=2000, progress=False)
     assert (summary.sent, summary.failed) == (600, 0)
     for topic, model, sent in ((events_topic, UserEvent, events), (metrics_topic, Metric, metrics)):
         expected = Counter((r.key, r.value, r.malformed_reason) for r in sent)
@@ -103,7 +103,7 @@ def test_delivery_failures_are_counted_not_lost(bootstrap, new_topic):
     topic = new_topic(1)
     oversized = ProducedRecord(topic, b"k", b"x" * 2_000_000, None, "event")
     fine = list(UserEventGenerator(seed=1, users=5, topic=topic).take(10))
-    summary = produce_records(bootstrap, [*fine, oversized], progress=False)
+    summary = produce_records(KafkaConnection(bootstrap), [*fine, oversized], progress=False)
     assert (summary.sent, summary.failed) == (10, 1)
     assert not summary.ok and "too large" in summary.line().lower()
 
@@ -241,4 +241,4 @@ def test_bad_scenario_line_sends_nothing(bootstrap, new_topic, tmp_path):
 
 def test_unknown_topic_is_not_created_by_the_check(bootstrap):
     cli("events", "--count", "1", "--topic", "never-created", "--bootstrap", bootstrap)
-    assert "never-created" not in existing_topics(bootstrap)
+    assert "never-created" not in existing_topics(KafkaConnection(bootstrap))

@@ -22,7 +22,7 @@ from streamstate_pipeline.topics import existing_topics, load_topics
 
 def test_topics_are_created_as_defined(stack, settings):
     defined = load_topics(settings.topics_file, settings.partitions)
-    present = existing_topics(settings.bootstrap_servers)
+    present = existing_topics(settings.kafka)
     assert {t.name: t.partitions for t in defined} == {t.name: present.get(t.name) for t in defined}
     assert {"user-events", "metrics", "alerts", "sessions", "session-state", "metric-state", "dead-letters"} <= {
         t.name for t in defined

@@ -46,7 +46,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from streamstate_pipeline.kafka_clients import admin
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin
 from streamstate_pipeline.settings import Settings
 from streamstate_stack.launcher import EmbeddedStack, free_port
 from streamstate_pipeline.topics import TopicSpec, create_topics
@@ -76,7 +76,7 @@ def replicated_topics(bootstrap: str):
         nonlocal made
         made += 1
         name = f"{prefix}-{made}"
-        create_topics(bootstrap, [TopicSpec(name, partitions, config or {})], replication_factor=3)
+        create_topics(KafkaConnection(bootstrap), [TopicSpec(name, partitions, config or {})], replication_factor=3)
         return name
 
     return make
@@ -105,7 +105,7 @@ def one_open_partition(bootstrap: str, topic: str) -> tuple[int, tuple[int, int]
 
 
 def leader(bootstrap: str, topic: str, partition: int) -> int:
-    return admin(bootstrap).list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+    return admin(KafkaConnection(bootstrap)).list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
 
 
 def test_a_partition_leader_killed_inside_an_open_transaction_loses_and_duplicates_nothing(tmp_path):

@@ -65,7 +65,7 @@ def test_unreadable_timestamps_are_refused_by_the_broker_and_the_rest_processed(
     settings = pipeline_stack.settings
     inputs = [settings.topic_user_events, settings.topic_metrics]
     plain = new_topic(1, "plain")
-    assert exposed_topics(settings, [*inputs, plain], NOW).keys() == {plain}, "only the topic made with Kafka's defaults"
+    assert exposed_topics(settings.kafka, [*inputs, plain], NOW).keys() == {plain}, "only the topic made with Kafka's defaults"
 
     refusals = []
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -98,7 +98,7 @@ def test_an_unreadable_timestamp_on_a_topic_with_kafkas_defaults_is_a_dead_lette
     be a dead letter there too (reason and source coordinates), every other record processed."""
     plain = new_topic(4, "plain-events", {"retention.ms": "-1"})  # Kafka's defaults otherwise
     settings = pipeline_stack.settings.model_copy(update={"topic_user_events": plain})
-    assert exposed_topics(settings, [plain], NOW).keys() == {plain}
+    assert exposed_topics(settings.kafka, [plain], NOW).keys() == {plain}
 
     scenario = build_scenario(seed=13, events=120, metrics=80, users=12)
     produce_scenario(bootstrap, scenario, settings)

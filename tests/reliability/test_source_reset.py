@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.state_queries import produce_json
+from streamstate_pipeline.kafka_clients import KafkaConnection
 from streamstate_pipeline.topics import TopicSpec, create_topics
 from tests.integration.api_harness import wait_until
 from tests.scenario import read_topic
@@ -39,7 +40,7 @@ def recreate(bootstrap: str, topic: str) -> None:
     deadline = time.monotonic() + 30
     while True:  # deletion completes asynchronously on some brokers
         try:
-            create_topics(bootstrap, [TopicSpec(topic, 1, {})])
+            create_topics(KafkaConnection(bootstrap), [TopicSpec(topic, 1, {})])
             return
         except Exception:  # noqa: BLE001 - still being deleted
             assert time.monotonic() < deadline, f"could not recreate {topic}"

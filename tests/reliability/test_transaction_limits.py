@@ -34,7 +34,7 @@ from streamstate_jobs.kafka.partition_writer import (
     _write_task,
     transaction_timeouts,
 )
-from streamstate_pipeline.kafka_clients import admin, connection, producer_config
+from streamstate_pipeline.kafka_clients import admin, producer_config
 from streamstate_stack.launcher import EmbeddedStack, free_port
 from streamstate_stack.servers import KafkaBroker
 from tests.conftest import _topic_factory
@@ -106,8 +106,8 @@ def test_a_task_computing_longer_than_its_transaction_timeout_commits_its_rows_o
 
 
 def _output(settings, transactions: BatchTransactions) -> _TransactionalOutput:
-    config = producer_config(settings, **{k.replace(".", "__"): v for k, v in {**WRITER_TUNING, **transaction_timeouts(settings)}.items()})
-    return _TransactionalOutput(config, connection(settings), transactions)
+    config = producer_config(settings.kafka, **{k.replace(".", "__"): v for k, v in {**WRITER_TUNING, **transaction_timeouts(settings)}.items()})
+    return _TransactionalOutput(config, settings.kafka.client_config(), transactions)
 
 
 def _finish_failing(output: _TransactionalOutput) -> BaseException:
@@ -247,7 +247,7 @@ def _markers(settings, job: str) -> dict[str, list[int]]:
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     query = json.loads((Path(settings.checkpoint(job)) / "metadata").read_text().splitlines()[0])["id"]
-    client = admin(settings.bootstrap_servers)
+    client = admin(settings.kafka)
     found = {}
     for partition in range(settings.shuffle_partitions):
         group = f"streamstate.{job}.{job}.{query}.{partition}"

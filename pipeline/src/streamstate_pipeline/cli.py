@@ -39,7 +39,7 @@ def _settings_for(args: argparse.Namespace) -> Settings:
 
 def _reach_broker(settings: Settings, timeout_s: float) -> None:
     try:
-        wait_for_broker(settings, timeout_s=timeout_s)
+        wait_for_broker(settings.kafka, timeout_s=timeout_s)
     except TimeoutError as exc:
         raise CommandError(str(exc)) from None
 
@@ -57,7 +57,7 @@ def _defined_topics_on_reachable_broker(args: argparse.Namespace, settings: Sett
 def topics_create(args: argparse.Namespace, settings: Settings) -> int:
     """Create the topics of the topic file that the broker does not have yet."""
     specs = _defined_topics_on_reachable_broker(args, settings)
-    created = create_topics(settings, specs, replication_factor=args.replication_factor)
+    created = create_topics(settings.kafka, specs, replication_factor=args.replication_factor)
     for spec in specs:
         state = "created" if spec.name in created else "exists"
         print(f"{spec.name}\t{spec.partitions}\t{state}")
@@ -67,7 +67,7 @@ def topics_create(args: argparse.Namespace, settings: Settings) -> int:
 def topics_list(args: argparse.Namespace, settings: Settings) -> int:
     """List the topic file's topics with their partition counts on the broker."""
     specs = _defined_topics_on_reachable_broker(args, settings)
-    present = existing_topics(settings)
+    present = existing_topics(settings.kafka)
     missing = 0
     for spec in specs:
         partitions = present.get(spec.name)

@@ -6,13 +6,13 @@ settings from the role functions here, built in layers, later ones winning:
 
 1. the role's defaults (:func:`producer_config`, :func:`reader_config`, :func:`admin_config`),
 2. what the call site tunes for its purpose (keyword arguments, dots as in librdkafka),
-3. the connection: ``bootstrap.servers`` and the user's ``Settings.kafka_client_options``
-   (SASL, SSL, ``client.id``, timeouts: any librdkafka setting),
+3. the connection, a :class:`KafkaConnection` (``Settings.kafka``): ``bootstrap.servers`` and
+   the user's ``Settings.kafka_client_options`` (SASL, SSL, ``client.id``, timeouts: any librdkafka setting),
 4. the settings a reader manages itself (a throw-away group id, no commits), which no option
    may change (:data:`MANAGED_KEYS` are refused when the settings are read).
 
 Spark's built-in ``kafka`` format runs the Java client, which takes the same connection as
-``kafka.*`` options: :func:`spark_kafka_options` translates the librdkafka names that differ
+``kafka.*`` options: :meth:`KafkaConnection.spark_options` translates the librdkafka names that differ
 (``sasl.username``/``sasl.password`` become a ``sasl.jaas.config``, ``ssl.ca.location`` a PEM
 trust store) and passes options prefixed ``java.`` to the Java client only. Secrets never
 reach a log line or ``streamstate config`` unmasked (:func:`masked`).
@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -127,37 +128,57 @@ def librdkafka_options(options: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in options.items() if not k.startswith(JAVA_PREFIX)}
 
 
-def connection(target: Any, bootstrap_servers: str | None = None) -> ClientConfig:
-    """``bootstrap.servers`` plus the user's options, from ``Settings`` (or a str of bootstrap
-    servers, or a client config that already holds them, e.g. a Spark source's kafka.* options).
+@dataclass(frozen=True, init=False, repr=False)
+class KafkaConnection:
+    """Where a client connects and how: the bootstrap servers and the user's client options
+    (``Settings.kafka_client_options``: SASL, SSL, ``client.id``, any librdkafka setting, and
+    ``java.`` ones for Spark's Java client only). Immutable and checked when made: the bootstrap
+    servers are not blank and the options pass :func:`validate_options`. Its repr masks every
+    secret's value (:func:`masked`).
 
-    ``bootstrap_servers`` replaces the target's own (a command-line flag)."""
-    if isinstance(target, str):
-        base: ClientConfig = {"bootstrap.servers": target}
-    elif isinstance(target, Mapping):
-        base = dict(target)
-    else:  # Settings: imported lazily, settings.py validates its options with this module
-        base = {"bootstrap.servers": target.bootstrap_servers, **librdkafka_options(target.kafka_client_options)}
-    if bootstrap_servers:
-        base["bootstrap.servers"] = bootstrap_servers
-    if not base.get("bootstrap.servers"):
-        raise ValueError("Kafka bootstrap servers are not set")
-    return base
+    ``Settings.kafka`` is the job's, the API's and the CLI's; a bare broker address (tests,
+    benchmarks) is ``KafkaConnection("host:port")``."""
 
+    bootstrap_servers: str
+    # The checked options as (name, value) pairs, in their given order: a tuple cannot be changed
+    # in place, hashes and pickles (a MappingProxyType does not pickle).
+    options: tuple[tuple[str, str], ...]
 
-def bootstrap_of(target: Any) -> str:
-    """The bootstrap servers of ``target``, for messages."""
-    return str(connection(target)["bootstrap.servers"])
+    def __init__(self, bootstrap_servers: str, options: Mapping[str, object] | Iterable[tuple[str, object]] = ()) -> None:
+        if not isinstance(bootstrap_servers, str):
+            raise TypeError(f"Kafka bootstrap servers must be a string like host:port[,host:port], got {type(bootstrap_servers).__name__}")
+        if not bootstrap_servers.strip():
+            raise ValueError("Kafka bootstrap servers are not set: give host:port[,host:port]")
+        checked = validate_options(options if isinstance(options, Mapping) else dict(options))
+        object.__setattr__(self, "bootstrap_servers", bootstrap_servers)
+        object.__setattr__(self, "options", tuple(checked.items()))
+
+    def __repr__(self) -> str:
+        return f"KafkaConnection(bootstrap_servers={self.bootstrap_servers!r}, options={masked(dict(self.options))!r})"
+
+    def with_bootstrap_servers(self, bootstrap_servers: str | None) -> KafkaConnection:
+        """The same options towards other bootstrap servers (a command-line flag); unchanged for None or ""."""
+        return KafkaConnection(bootstrap_servers, self.options) if bootstrap_servers else self
+
+    def client_config(self) -> ClientConfig:
+        """``bootstrap.servers`` plus the options meant for librdkafka (all but the ``java.`` ones)."""
+        return {"bootstrap.servers": self.bootstrap_servers, **librdkafka_options(dict(self.options))}
+
+    def spark_options(self) -> dict[str, str]:
+        """The connection as the ``kafka.*`` options of Spark's Kafka connector, the librdkafka
+        settings translated for its Java client by :func:`java_client_options`."""
+        client = java_client_options(dict(self.options))
+        return {f"{SPARK_PREFIX}bootstrap.servers": self.bootstrap_servers, **{SPARK_PREFIX + k: v for k, v in client.items()}}
 
 
 # --------------------------------------------------------------------------- roles
-def producer_config(target: Any, **tuning: Any) -> ClientConfig:
+def producer_config(connection: KafkaConnection, **tuning: Any) -> ClientConfig:
     """A producer whose records count as written once all in-sync replicas have them."""
     defaults = {"acks": "all", "linger.ms": 5}
-    return {**defaults, **_dotted(tuning), **connection(target)}
+    return {**defaults, **_dotted(tuning), **connection.client_config()}
 
 
-def reader_config(target: Any, purpose: str = "reader", **tuning: Any) -> ClientConfig:
+def reader_config(connection: KafkaConnection, purpose: str = "reader", **tuning: Any) -> ClientConfig:
     """A consumer that only ``assign()``s and seeks: offsets are the caller's, never a group's.
 
     librdkafka requires a group id; a random one per client joins nothing and commits nothing.
@@ -173,18 +194,18 @@ def reader_config(target: Any, purpose: str = "reader", **tuning: Any) -> Client
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
     }
-    return {**defaults, **_dotted(tuning), **connection(target), **managed}
+    return {**defaults, **_dotted(tuning), **connection.client_config(), **managed}
 
 
-def admin_config(target: Any, **tuning: Any) -> ClientConfig:
+def admin_config(connection: KafkaConnection, **tuning: Any) -> ClientConfig:
     """An admin client (metadata, topics) that stays quiet: failures come back as exceptions,
     not as librdkafka log lines on stderr."""
     defaults = {"socket.timeout.ms": 10_000, "log_level": 0}
-    return {**defaults, **_dotted(tuning), **connection(target)}
+    return {**defaults, **_dotted(tuning), **connection.client_config()}
 
 
-def admin(target: Any, **tuning: Any) -> AdminClient:
-    return AdminClient(admin_config(target, **tuning))
+def admin(connection: KafkaConnection, **tuning: Any) -> AdminClient:
+    return AdminClient(admin_config(connection, **tuning))
 
 
 def _dotted(tuning: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,13 +214,6 @@ def _dotted(tuning: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- Spark
-def spark_kafka_options(settings: Any) -> dict[str, str]:
-    """``settings``' connection as the ``kafka.*`` options of Spark's Kafka connector, the
-    librdkafka settings translated for its Java client by :func:`java_client_options`."""
-    client = java_client_options(dict(settings.kafka_client_options))
-    return {f"{SPARK_PREFIX}bootstrap.servers": settings.bootstrap_servers, **{SPARK_PREFIX + k: v for k, v in client.items()}}
-
-
 def java_client_options(options: Mapping[str, str]) -> dict[str, str]:
     """librdkafka options as the Java client's properties.
 
@@ -244,18 +258,18 @@ def reason(error: BaseException | KafkaError | None) -> str:
 
 
 # --------------------------------------------------------------------------- reachability
-def broker_problem(target: Any, timeout_s: float = 5.0) -> str | None:
+def broker_problem(connection: KafkaConnection, timeout_s: float = 5.0) -> str | None:
     """None when the broker answers a metadata request within ``timeout_s``, else why not."""
     try:
-        admin(target, **{"socket.timeout.ms": max(int(timeout_s * 1000), 10)}).list_topics(timeout=timeout_s)
+        admin(connection, **{"socket.timeout.ms": max(int(timeout_s * 1000), 10)}).list_topics(timeout=timeout_s)
     except KafkaException as exc:
         return reason(exc)
     return None
 
 
-def wait_for_broker(target: Any, timeout_s: float = 30.0) -> None:
+def wait_for_broker(connection: KafkaConnection, timeout_s: float = 30.0) -> None:
     """Block until the broker answers a metadata request; TimeoutError with the last reason."""
-    client = admin(target)
+    client = admin(connection)
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while True:
@@ -265,15 +279,15 @@ def wait_for_broker(target: Any, timeout_s: float = 30.0) -> None:
         except KafkaException as exc:
             last = reason(exc)
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"Kafka broker at {bootstrap_of(target)} did not answer within {timeout_s:g}s: {last}")
+            raise TimeoutError(f"Kafka broker at {connection.bootstrap_servers} did not answer within {timeout_s:g}s: {last}")
         time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- broker settings
-def broker_settings(target: Any, name: str, timeout_s: float = METADATA_TIMEOUT_S) -> list[str]:
+def broker_settings(connection: KafkaConnection, name: str, timeout_s: float = METADATA_TIMEOUT_S) -> list[str]:
     """The value of the broker setting ``name`` on each broker of the cluster (DescribeConfigs);
     raises KafkaException when the cluster does not answer or refuses (an ACL on DescribeConfigs)."""
-    client = admin(target)
+    client = admin(connection)
     values = []
     for broker_id in sorted(client.list_topics(timeout=timeout_s).brokers):
         resource = ConfigResource(ResourceType.BROKER, str(broker_id))

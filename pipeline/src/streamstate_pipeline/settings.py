@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from streamstate_pipeline.kafka_clients import KafkaConnection
 
 # pipeline/src/streamstate_pipeline/settings.py -> the checkout (topics file, var/, the members' folders).
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -314,6 +317,14 @@ class Settings(BaseSettings):
                 "duplicates. Raise STREAMSTATE_SESSION_STATE_TTL_MS or lower STREAMSTATE_DEDUPE_RETENTION_MS"
             )
         return self
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """The Kafka connection every client of these settings uses: ``bootstrap_servers`` and
+        ``kafka_client_options`` (imported here: kafka_clients loads the Kafka client library)."""
+        from streamstate_pipeline.kafka_clients import KafkaConnection
+
+        return KafkaConnection(self.bootstrap_servers, self.kafka_client_options)
 
     def checkpoint(self, job: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{job}"

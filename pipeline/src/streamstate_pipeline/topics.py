@@ -1,7 +1,8 @@
 """Topic definitions (infra/kafka/topics.toml) and their creation on a broker.
 
-The broker is given as ``Settings`` (its bootstrap servers and client options) or, in tests
-and benchmarks, a bootstrap string; :mod:`streamstate_pipeline.kafka_clients` builds the client."""
+The broker is given as a :class:`~streamstate_pipeline.kafka_clients.KafkaConnection`: ``Settings.kafka``
+(its bootstrap servers and client options) or, in tests and benchmarks, ``KafkaConnection("host:port")``;
+:mod:`streamstate_pipeline.kafka_clients` builds the client."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
-from streamstate_pipeline.kafka_clients import admin
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin
 from streamstate_pipeline.settings import Settings
 
 
@@ -36,13 +37,13 @@ def load_topics(path: Path, partitions: int | None = None) -> list[TopicSpec]:
     ]
 
 
-def existing_topics(broker: Settings | str, timeout_s: float = 10.0) -> dict[str, int]:
+def existing_topics(broker: KafkaConnection, timeout_s: float = 10.0) -> dict[str, int]:
     """Topic name -> partition count, as the broker reports it."""
     metadata = admin(broker).list_topics(timeout=timeout_s)
     return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
 
 
-def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: float = 30.0, replication_factor: int = 1) -> list[str]:
+def create_topics(broker: KafkaConnection, specs: list[TopicSpec], timeout_s: float = 30.0, replication_factor: int = 1) -> list[str]:
     """Create the topics that do not exist yet, each partition on ``replication_factor``
     brokers (3 on a cluster of three: infra/docker/compose.kafka-3.yml); returns the names created."""
     client = admin(broker)
@@ -71,4 +72,4 @@ def create_topics(broker: Settings | str, specs: list[TopicSpec], timeout_s: flo
 
 
 def ensure_topics(settings: Settings, replication_factor: int = 1) -> list[str]:
-    return create_topics(settings, load_topics(settings.topics_file, settings.partitions), replication_factor=replication_factor)
+    return create_topics(settings.kafka, load_topics(settings.topics_file, settings.partitions), replication_factor=replication_factor)

@@ -22,7 +22,6 @@ from confluent_kafka import KafkaException
 from streamstate_producers import kinesis_writer
 from streamstate_producers.generators import DEFAULT_START_TS, MetricGenerator, UserEventGenerator, interleave
 from streamstate_producers.kafka_writer import ProducerSetupError, ProduceSummary, check_broker, produce_records
-from streamstate_pipeline.kafka_clients import connection
 from streamstate_producers.produced_record import ProducedRecord
 from streamstate_producers.scenario import ScenarioError, read_scenario, write_scenario
 from streamstate_pipeline.cli_common import add_kafka_options, add_version, settings_from_args
@@ -217,7 +216,7 @@ def _send(
         _say(announce.replace(f"at {settings.bootstrap_servers}", f"at {target}").replace(f"to {settings.bootstrap_servers}", f"to {target}"))
         produce = partial(kinesis_writer.produce_records, settings.kinesis_endpoint_url, settings.kinesis_region)
     else:
-        broker = connection(settings)
+        broker = settings.kafka
         check_broker(broker, set(topics))
         _say(announce)
         produce = partial(produce_records, broker)

@@ -5,8 +5,8 @@ reason; nothing is dropped silently. librdkafka's own log lines are routed to th
 ``streamstate_producers.kafka`` logger instead of stderr, so a command's stderr stays
 one progress line and one summary (or one ``error:`` line).
 
-The broker is ``Settings`` or a connection from :func:`streamstate_pipeline.kafka_clients.connection`
-(bootstrap servers and the user's client options), or a bootstrap string in tests.
+The broker is a :class:`~streamstate_pipeline.kafka_clients.KafkaConnection`: ``Settings.kafka``
+(bootstrap servers and the user's client options), or ``KafkaConnection("host:port")`` in tests.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Iterable, TextIO
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streamstate_pipeline.kafka_clients import admin, bootstrap_of, producer_config, reason
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin, producer_config, reason
 from streamstate_producers.pacing import ProgressLine, TokenBucket
 from streamstate_producers.produced_record import ProducedRecord
 from streamstate_pipeline.errors import ProducerError
@@ -60,7 +60,7 @@ class ProduceSummary:
         return text
 
 
-def generator_producer_config(broker: Any, **overrides: Any) -> dict[str, Any]:
+def generator_producer_config(broker: KafkaConnection, **overrides: Any) -> dict[str, Any]:
     """Producer settings tuned for throughput without giving up per-key order; librdkafka's
     log lines go to this module's logger, an unreachable broker fails fast."""
     return producer_config(
@@ -80,12 +80,12 @@ def generator_producer_config(broker: Any, **overrides: Any) -> dict[str, Any]:
     )
 
 
-def check_broker(broker: Any, topics: Iterable[str], timeout_s: float = 5.0) -> None:
+def check_broker(broker: KafkaConnection, topics: Iterable[str], timeout_s: float = 5.0) -> None:
     """Fail fast, in one line, when the broker does not answer or a topic does not exist.
 
     Asks for all topics' metadata (never one topic's: this broker would auto-create it).
     """
-    bootstrap = bootstrap_of(broker)
+    bootstrap = broker.bootstrap_servers
     try:
         metadata = admin(broker, logger=log, **{"socket.timeout.ms": 5_000}).list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -117,7 +117,7 @@ class _Deliveries:
 
 
 def produce_records(
-    broker: Any,
+    broker: KafkaConnection,
     records: Iterable[ProducedRecord],
     rate: float | None = None,
     progress: bool = True,

@@ -34,8 +34,8 @@ from streamstate_jobs.checkpoint_metadata import (
 from streamstate_jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
 from confluent_kafka import KafkaException
 
-from streamstate_pipeline.kafka_clients import admin, broker_settings, reason
-from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin, broker_settings, reason
+from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS, Settings
 from streamstate.state.placement import balanced_labels
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -219,11 +219,11 @@ def uncommitted_batch(spark: SparkSession, checkpoint: str) -> tuple[int, int] |
         raise CheckpointMetadataDamaged(f"{files.where(f'offsets/{planned}')} holds no batch metadata") from None
 
 
-def offsets_retention_ms(settings) -> int:
+def offsets_retention_ms(settings: Settings) -> int:
     """How long the brokers keep a consumer group's offsets after its last commit (the shortest
     of theirs), where the output transactions keep their committed-batch markers."""
     try:
-        minutes = [int(value) for value in broker_settings(settings, "offsets.retention.minutes")]
+        minutes = [int(value) for value in broker_settings(settings.kafka, "offsets.retention.minutes")]
     except KafkaException as exc:
         log.warning("the brokers' offsets.retention.minutes cannot be read (%s): assuming Kafka's default, 7 days",
                     reason(exc))
@@ -231,7 +231,7 @@ def offsets_retention_ms(settings) -> int:
     return min(minutes or [DEFAULT_OFFSETS_RETENTION_MINUTES]) * 60_000
 
 
-def check_markers_kept(spark: SparkSession, checkpoint: str, settings, now_ms: int | None = None) -> None:
+def check_markers_kept(spark: SparkSession, checkpoint: str, settings: Settings, now_ms: int | None = None) -> None:
     """Refuse to replay a batch whose committed-batch markers the broker may have expired.
 
     A task commits its batch id, in its output transaction, as the offset of a consumer group
@@ -348,8 +348,8 @@ def bucket_labels(spark: SparkSession, checkpoint: str, wanted: int | None, part
 class TopicIdentity:
     """Records the input topics' ids with a checkpoint and checks them before every batch."""
 
-    def __init__(self, spark: SparkSession, checkpoint: str, broker: object, topics: list[str]):
-        """``broker``: the job's ``Settings`` (bootstrap servers and client options)."""
+    def __init__(self, spark: SparkSession, checkpoint: str, broker: KafkaConnection, topics: list[str]):
+        """``broker``: the job's connection (``Settings.kafka``: bootstrap servers and client options)."""
         self._files = CheckpointFiles(spark, checkpoint)
         self._checkpoint = checkpoint
         self._broker = broker

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from streamstate_pipeline.kafka_clients import bootstrap_of, broker_problem
+from streamstate_pipeline.kafka_clients import KafkaConnection, broker_problem
 
 PROBE_TIMEOUT_S = 5.0
 # How often a running job asks its broker: a metadata request every 15 s costs nothing, and an
@@ -22,16 +22,16 @@ WATCH_INTERVAL_S = 15.0
 log = logging.getLogger("streamstate_jobs.outage")
 
 
-def failure_message(query: str, error: object, broker: object, checkpoint: str, next_step: str) -> str:
+def failure_message(query: str, error: object, broker: KafkaConnection, checkpoint: str, next_step: str) -> str:
     """One line for a failed query: a broker outage named as such, else the error's first 2000 characters.
 
-    ``broker`` is the job's ``Settings`` (or bootstrap servers); ``next_step`` says what the job
+    ``broker`` is the job's connection (``Settings.kafka``); ``next_step`` says what the job
     does now, e.g. "restarting from the checkpoint in 5s (restart 1 of 5)".
     """
     problem = broker_problem(broker, PROBE_TIMEOUT_S)
     if problem is not None:
         return (
-            f"Kafka broker at {bootstrap_of(broker)} unreachable ({problem}): query {query} stopped; {next_step}. "
+            f"Kafka broker at {broker.bootstrap_servers} unreachable ({problem}): query {query} stopped; {next_step}. "
             f"Start the broker or fix --bootstrap-servers: the job resumes from its checkpoint {checkpoint} and loses nothing"
         )
     return f"query {query} failed: {' '.join(str(error).split())[:2000]}; {next_step}"
@@ -42,7 +42,7 @@ class BrokerWatch:
     when it stops answering and when it answers again, and tells ``on_change`` (the job's
     ``streamstate_job_up`` follows it: a query waiting for its broker is not up)."""
 
-    def __init__(self, broker: object, query: str, checkpoint: str, on_change: Callable[[bool], None]):
+    def __init__(self, broker: KafkaConnection, query: str, checkpoint: str, on_change: Callable[[bool], None]):
         self._broker, self._query, self._checkpoint, self._on_change = broker, query, checkpoint, on_change
         self._next_probe = time.monotonic() + WATCH_INTERVAL_S
         self._reachable = True
@@ -57,10 +57,10 @@ class BrokerWatch:
         self._reachable = problem is None
         self._on_change(self._reachable)
         if problem is None:
-            log.warning("Kafka broker at %s answers again: query %s goes on", bootstrap_of(self._broker), self._query)
+            log.warning("Kafka broker at %s answers again: query %s goes on", self._broker.bootstrap_servers, self._query)
         else:
             log.error(
                 "Kafka broker at %s unreachable (%s): query %s waits for it (Spark's Kafka client keeps retrying). "
                 "Start the broker or fix --bootstrap-servers: the job resumes from its checkpoint %s and loses nothing",
-                bootstrap_of(self._broker), problem, self._query, self._checkpoint,
+                self._broker.bootstrap_servers, problem, self._query, self._checkpoint,
             )

@@ -143,8 +143,8 @@ def start_query(
     identity = None
     input_topics = job.input_topics(settings) if check_inputs and settings.source == "kafka" else []
     if input_topics:
-        identity = TopicIdentity(spark, checkpoint, settings, input_topics).check
-        for topic, reason in exposed_topics(settings, input_topics, int(time.time() * 1000)).items():
+        identity = TopicIdentity(spark, checkpoint, settings.kafka, input_topics).check
+        for topic, reason in exposed_topics(settings.kafka, input_topics, int(time.time() * 1000)).items():
             log.warning("input topic %s: %s", topic, reason)
     transactional_query = None
     if exactly_once(settings):
@@ -248,7 +248,7 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
         for query, query_checkpoint in zip(spec.queries, _checkpoints(spec, checkpoint))
     ]
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
-    watch = BrokerWatch(settings, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
+    watch = BrokerWatch(settings.kafka, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
     new_jvm = False
     try:
         # availableNow: wait for every query to drain; otherwise any query ending ends the run.
@@ -379,7 +379,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             )
             for name, error in failures:
                 # A lost broker fails deep in the source with a long traceback: name it plainly.
-                log.error("%s", failure_message(name, error, settings, checkpoint, next_step))
+                log.error("%s", failure_message(name, error, settings.kafka, checkpoint, next_step))
             if delay is None:
                 log.error(
                     "giving up after %d restarts in a row. Check that the Kafka broker at %s is reachable and the log "

@@ -302,7 +302,7 @@ class EmbeddedStack:
             # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
             for port, proc in procs.items():
                 _wait_for_port(port, timeout_s=120, alive=proc.alive)
-            wait_for_broker(self.settings, timeout_s=120)
+            wait_for_broker(self.settings.kafka, timeout_s=120)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}\n" + "\n".join(proc.tail() for proc in procs.values())) from None
 
@@ -474,7 +474,7 @@ def _wait_for_brokers(settings: Settings, count: int, timeout_s: float) -> None:
     """Until the cluster's metadata names ``count`` brokers (each registered with the controllers)."""
     from streamstate_pipeline.kafka_clients import admin
 
-    client = admin(settings)
+    client = admin(settings.kafka)
     deadline = time.monotonic() + timeout_s
     while len(client.list_topics(timeout=10).brokers) < count:
         if time.monotonic() > deadline:

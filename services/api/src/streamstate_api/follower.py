@@ -274,7 +274,7 @@ class ViewFollower(threading.Thread):
     # ------------------------------------------------------------------ start-up
     def _config(self) -> dict:
         return reader_config(
-            self._settings,
+            self._settings.kafka,
             "api",
             error_cb=self._on_kafka_error,
             **{
@@ -301,7 +301,7 @@ class ViewFollower(threading.Thread):
         A lookup that fails is retried (readyz says why): taken as "no id", a recreated topic
         would go unnoticed."""
         ids = {}
-        client = admin(self._settings)  # held until the futures are resolved: a collected client fails them
+        client = admin(self._settings.kafka)  # held until the futures are resolved: a collected client fails them
         for topic, future in client.describe_topics(TopicCollection(list(self._topics.values()))).items():
             try:
                 topic_id = future.result(timeout=10).topic_id

@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamstate_jobs.kafka.partition_writer import records_per_batch
-from streamstate_pipeline.kafka_clients import spark_kafka_options
 from streamstate_pipeline.settings import Settings
 from streamstate_pipeline.errors import ConfigurationError
 
@@ -68,7 +67,7 @@ def read_kafka(
     """
     require_connector(spark)
     options: dict[str, str] = {
-        **spark_kafka_options(settings),
+        **settings.kafka.spark_options(),
         "subscribe": subscribe,
         "startingOffsets": startingOffsets,
         "failOnDataLoss": str(failOnDataLoss).lower(),
@@ -83,7 +82,7 @@ def read_kafka(
 def kafka_sink_options(settings: Settings, topic: str | None, **extra_options: str) -> dict[str, str]:
     """Options for ``df.writeStream.format("kafka").options(**...)`` or a batch write: the
     connection of ``settings``. ``topic`` None: each row names its topic in a ``topic`` column."""
-    options = {**spark_kafka_options(settings), **extra_options}
+    options = {**settings.kafka.spark_options(), **extra_options}
     if topic is not None:
         options["topic"] = topic
     return options

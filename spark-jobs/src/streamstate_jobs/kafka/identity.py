@@ -16,7 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from streamstate_pipeline.kafka_clients import admin
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin
 from streamstate_pipeline.errors import SourceError
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid, base64
@@ -27,9 +27,9 @@ class SourceResetError(SourceError, RuntimeError):
     """An input topic is not the one the checkpoint was written from, or lost records under it."""
 
 
-def topic_ids(broker: object, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:
+def topic_ids(broker: KafkaConnection, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:
     """Topic id (base64) of each topic that has one; topics without an id are left out.
-    ``broker``: ``Settings`` or a client configuration (see :func:`streamstate_pipeline.kafka_clients.connection`);
+    ``broker``: the job's connection (``Settings.kafka``);
     ``client``: an admin client of that broker to ask instead of a new one."""
     names = sorted(set(topics))
     ids: dict[str, str] = {}

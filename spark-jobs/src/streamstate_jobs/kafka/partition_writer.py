@@ -45,7 +45,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,9 +55,12 @@ from pyspark.sql import DataFrame
 
 from streamstate_pipeline.errors import JobError
 from streamstate_jobs.declaration import count_key
-from streamstate_pipeline.kafka_clients import ClientConfig, connection, producer_config
+from streamstate_pipeline.kafka_clients import ClientConfig, producer_config
 from streamstate_jobs.kinds import Kind
 from streamstate.state.packing import python_values
+
+if TYPE_CHECKING:  # pydantic stays out of the Python workers that import this module for its tasks
+    from streamstate_pipeline.settings import Settings
 
 # A task's summary: one row per (kind, alert kind, dead-letter stage, counter) with its rows and
 # counter total, and one row per payload a gauge reads (rows 0).
@@ -292,15 +295,15 @@ class BatchSummary:
         return dict(totals)
 
 
-def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transactions: BatchTransactions | None = None) -> BatchSummary:
+def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, transactions: BatchTransactions | None = None) -> BatchSummary:
     """Write ``rows`` (kind, key, payload) to the topic of each row's kind, from their own
     tasks, and return the batch's summary. Rows of kind ``count`` are counted, not written.
 
     With ``transactions`` each task writes its rows in one Kafka transaction and a task of a
     batch that had committed writes nothing again (its rows are still counted in the summary)."""
     tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
-    config = producer_config(settings, **{key.replace(".", "__"): value for key, value in tuning.items()})
-    group_config = connection(settings)
+    config = producer_config(settings.kafka, **{key.replace(".", "__"): value for key, value in tuning.items()})
+    group_config = settings.kafka.client_config()
     plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds)  # a plain dict pickles
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -326,7 +329,7 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
 
 
 
-def transaction_timeouts(settings: Any) -> dict[str, int]:
+def transaction_timeouts(settings: Settings) -> dict[str, int]:
     """The transactional producers' ``transaction.timeout.ms`` and a record's delivery timeout
     within it: librdkafka refuses a message.timeout.ms above the transaction's, and a record
     still retried when the broker aborts its transaction would be retried for nothing."""
@@ -347,7 +350,7 @@ MEASURED_RECORDS_PER_S = 89_400
 TIMEOUT_SHARE = 4
 
 
-def records_per_batch(settings: Any) -> int | None:
+def records_per_batch(settings: Settings) -> int | None:
     """Input records a micro-batch reads at most: ``max_offsets_per_trigger`` where set, else,
     with output transactions, the bound sized from their timeout (None: unbounded, at least once)."""
     if settings.max_offsets_per_trigger is not None:
@@ -733,11 +736,11 @@ def _group(group_id: str, group_config: ClientConfig) -> Consumer:
 _probed: dict[str, str | None] = {}
 
 
-def transactions_problem(settings: Any) -> str | None:
+def transactions_problem(settings: Settings) -> str | None:
     """Why the broker cannot run output transactions (None: it can), asked once per process by
     starting a transactional producer: brokers before 0.11 lack them, and a cluster with fewer
     brokers than its transaction log's replication factor (3 unless set) cannot start one."""
-    config = producer_config(settings)
+    config = producer_config(settings.kafka)
     identity = _identity(config)
     if identity not in _probed:
         probe = _transactional_producer(config, f"streamstate.probe.{uuid.uuid4().hex}")

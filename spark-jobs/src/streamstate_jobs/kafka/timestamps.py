@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from streamstate_pipeline.kafka_clients import admin
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin
 
 SPARK_LIMIT_MS = (2**63 - 1) // 1000  # the largest millisecond timestamp Spark converts
 GREGORIAN_START_MS = -12_219_292_800_000  # 1582-10-15T00:00Z: earlier, Spark shifts the time
@@ -57,7 +57,7 @@ def exposed_reason(config: dict[str, str], now_ms: int) -> str | None:
     )
 
 
-def exposed_topics(broker: object, topics: Iterable[str], now_ms: int) -> dict[str, str]:
+def exposed_topics(broker: KafkaConnection, topics: Iterable[str], now_ms: int) -> dict[str, str]:
     """Topic -> :func:`exposed_reason`, for the topics whose configuration could be read."""
     client = admin(broker)  # held until the futures are resolved
     resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(set(topics))]

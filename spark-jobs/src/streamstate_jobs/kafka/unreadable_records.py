@@ -43,7 +43,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql import SparkSession
@@ -56,8 +56,11 @@ from streamstate_jobs.declaration import JobSpec
 from streamstate_jobs.kafka.partition_writer import TRANSACTIONAL_TUNING
 from streamstate_jobs.kafka.timestamps import SPARK_LIMIT_MS
 from streamstate_jobs.rules.dead_letters import coordinates_key
-from streamstate_pipeline.kafka_clients import connection, producer_config, reader_config
+from streamstate_pipeline.kafka_clients import producer_config, reader_config
 from streamstate_jobs.kinds import Kind
+
+if TYPE_CHECKING:
+    from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger("streamstate_jobs")
 
@@ -186,9 +189,9 @@ def apply_edit(files: CheckpointFiles, record: UnreadableRecord, edit: OffsetLog
 
 
 # --------------------------------------------------------------------------- the dead letter
-def read_record(settings: Any, record: UnreadableRecord) -> tuple[bytes | None, bytes | None]:
+def read_record(settings: Settings, record: UnreadableRecord) -> tuple[bytes | None, bytes | None]:
     """The record's key and value, read as Spark's source reads (read_uncommitted)."""
-    consumer = Consumer(reader_config(settings, "unreadable-record", **{"isolation.level": "read_uncommitted"}))
+    consumer = Consumer(reader_config(settings.kafka, "unreadable-record", **{"isolation.level": "read_uncommitted"}))
     try:
         consumer.assign([TopicPartition(record.topic, record.partition, record.offset)])
         deadline = time.monotonic() + READ_TIMEOUT_S
@@ -235,7 +238,7 @@ def _retried(what: str, action: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
-def write_dead_letter(settings: Any, topic: str, letter: DeadLetter, transactional_id: str | None) -> bool:
+def write_dead_letter(settings: Settings, topic: str, letter: DeadLetter, transactional_id: str | None) -> bool:
     """Write ``letter`` to ``topic``; False when its marker shows it was written before.
 
     With ``transactional_id`` (the jobs' output transactions are on) the letter and its marker, the
@@ -244,13 +247,13 @@ def write_dead_letter(settings: Any, topic: str, letter: DeadLetter, transaction
     ``init_transactions`` aborts what an earlier, killed attempt left open. Without, at least once."""
     key, value = coordinates_key(letter), letter.model_dump_json()
     if transactional_id is None:
-        producer = Producer(producer_config(settings))
+        producer = Producer(producer_config(settings.kafka))
         producer.produce(topic, key=key, value=value)
         if producer.flush(CALL_TIMEOUT_S):
             raise CannotSkip(f"the dead letter of {letter.source_topic}:{letter.source_partition}:{letter.source_offset} was not delivered")
         return True
-    producer = Producer({**producer_config(settings), **TRANSACTIONAL_TUNING, "transactional.id": transactional_id})
-    group = Consumer({**connection(settings), "group.id": transactional_id, "enable.auto.commit": False,
+    producer = Producer({**producer_config(settings.kafka), **TRANSACTIONAL_TUNING, "transactional.id": transactional_id})
+    group = Consumer({**settings.kafka.client_config(), "group.id": transactional_id, "enable.auto.commit": False,
                       "isolation.level": "read_committed"})
     try:
         _retried("init_transactions", lambda: producer.init_transactions(CALL_TIMEOUT_S))
@@ -276,7 +279,7 @@ class Skipper:
     dead-letters), the output transactions' id prefix (None: at least once) and the job's metrics."""
 
     spark: SparkSession
-    settings: Any
+    settings: Settings
     checkpoint: str
     dead_letter_topic: str | None
     transactional_prefix: Callable[[], str] | None = None
