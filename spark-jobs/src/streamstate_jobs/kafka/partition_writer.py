@@ -38,7 +38,6 @@ finds across the JVM (:func:`fatal_condition`) and stops on with that condition'
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import uuid
@@ -53,7 +52,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from streamstate_pipeline.errors import JobError
+from streamstate_pipeline.errors import JobError, coded, conditions_in
 from streamstate_jobs.declaration import count_key
 from streamstate_pipeline.kafka_clients import ClientConfig, connection, producer_config
 from streamstate_jobs.kinds import Kind
@@ -141,7 +140,7 @@ class FatalOutputError(OutputNotDelivered):
     remedy: ClassVar[str] = ""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(f"[{self.condition}] {detail}; {self.remedy}")
+        super().__init__(coded(self.condition, f"{detail}; {self.remedy}"))
 
 
 class OutputFenced(FatalOutputError):
@@ -189,15 +188,16 @@ class OutputTransactionsUnsupported(FatalOutputError):
 FATAL_CONDITIONS: dict[str, type[FatalOutputError]] = {
     kind.condition: kind for kind in (OutputFenced, OutputNotAuthorized, OutputTransactionTimedOut, OutputTransactionsUnsupported)
 }
-_CONDITION = re.compile(r"\[(OUTPUT_[A-Z_]+)\]")
 
 
 def fatal_condition(error: object) -> type[FatalOutputError] | None:
-    """The fatal output condition a failed query's error carries (None: none), from the
+    """The fatal output condition a failed query's error carries (None: none): its type, or the
     ``[CONDITION]`` code its text holds wherever the JVM put the Python error's text."""
     if isinstance(error, FatalOutputError):
         return type(error)
-    for code in _CONDITION.findall(str(error)):
+    # Boundary: the task's FatalOutputError reaches the driver only as text inside a JVM
+    # exception (a PythonException's traceback); the code we put into its message is matched there.
+    for code in conditions_in(str(error)):
         if code in FATAL_CONDITIONS:
             return FATAL_CONDITIONS[code]
     return None
