@@ -348,7 +348,7 @@ class EmbeddedStack:
                 store.create_bucket(bucket)
                 break
             except S3Error as exc:  # ready can precede a usable object layer by a moment
-                if "HTTP 503" not in str(exc) or time.monotonic() > deadline:
+                if exc.status != 503 or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
         self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket)
