@@ -1,9 +1,12 @@
 """Writing a micro-batch's output rows to Kafka from the tasks that computed them.
 
 The rows of a batch leave the stateful stage in (kind, key, payload) form. Each task produces
-its rows with confluent-kafka and hands back one small summary (rows per kind, alert kind,
-dead-letter stage and counter; the payloads a gauge reads), so a whole batch is ONE Spark job:
-no persist of the batch, no counting pass, no second pass to write, no collect of payloads.
+its rows with confluent-kafka and hands back one small summary (rows per kind and label, and
+per counter; the payloads a gauge reads), so a whole batch is ONE Spark job: no persist of
+the batch, no counting pass, no second pass to write, no collect of payloads. The writer never
+reads a payload: the job's wiring gives it a counting callback (:attr:`OutputPlan.count_as`)
+that names the label each written record is counted under (an alert's kind, a dead letter's
+stage), and hands it the payloads its gauges read as they were written.
 Spark's own Kafka sink needs each of those as a job of its own, and each costs a stage's
 scheduling and its tasks' start whatever the rows, which at low rates is most of a batch.
 
@@ -44,7 +47,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,10 +61,10 @@ from streamstate_pipeline.kafka_clients import ClientConfig, connection, produce
 from streamstate_jobs.kinds import Kind
 from streamstate.state.packing import python_values
 
-# A task's summary: one row per (kind, alert kind, dead-letter stage, counter) with its rows and
-# counter total, and one row per payload a gauge reads (rows 0).
+# A task's summary: one row per (kind, label, counter) with its rows and counter total, and one
+# row per payload a gauge reads (rows 0).
 _SUMMARY_ARROW = pa.schema(
-    [("kind", pa.string()), ("alert_kind", pa.string()), ("stage", pa.string()), ("counter", pa.string()),
+    [("kind", pa.string()), ("label", pa.string()), ("counter", pa.string()),
      ("rows", pa.int64()), ("total", pa.int64()), ("payload", pa.string())]
 )
 SUMMARY_SCHEMA = ", ".join(f"{f.name} {'long' if f.type == pa.int64() else 'string'}" for f in _SUMMARY_ARROW)
@@ -251,16 +254,25 @@ class BatchTransactions:
         return f"{self.prefix}.{partition}"
 
 
+CountAs = Callable[[str, str | None], str | None]
+
+
 @dataclass(frozen=True)
 class OutputPlan:
     """Where a job's rows go: a topic per kind, the counters its COUNT rows may name, and the
     kinds whose payloads its gauges read. Anything else fails the task before it writes the
-    Arrow batch that holds it."""
+    Arrow batch that holds it.
+
+    ``count_as``: the job wiring's counting callback, called in the task with the kind and
+    payload of each record it writes; it returns the label the record is counted under in the
+    batch's summary (None: by its kind alone). It runs on the executors, so it must pickle (a
+    module-level function); without it records are counted by kind."""
 
     job: str
     topics: Mapping[str, str]
     counters: frozenset[str]
     read_kinds: frozenset[str] = frozenset()
+    count_as: CountAs | None = None
 
     def check(self, batch: pa.RecordBatch) -> None:
         kinds = set(pc.unique(batch.column("kind")).to_pylist())
@@ -281,8 +293,8 @@ class OutputPlan:
 class BatchSummary:
     """What a batch's tasks wrote and counted, merged on the driver."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)  # kind, alert_kind, stage, counter, rows, total
-    payloads: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per read kind, decoded
+    rows: list[dict[str, Any]] = field(default_factory=list)  # kind, label, counter, rows, total
+    payloads: dict[str, list[str]] = field(default_factory=dict)  # per read kind, as written
 
     @property
     def counts(self) -> dict[str, int]:
@@ -301,7 +313,7 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
     tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
     config = producer_config(settings, **{key.replace(".", "__"): value for key, value in tuning.items()})
     group_config = connection(settings)
-    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds)  # a plain dict pickles
+    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds, plan.count_as)  # a plain dict pickles
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         output = _Output(config) if transactions is None else _TransactionalOutput(config, group_config, transactions)
@@ -312,9 +324,9 @@ def write_partitions(rows: DataFrame, settings: Any, plan: OutputPlan, transacti
     merged: dict[Group, dict[str, Any]] = {}  # the tasks' rows of one group as one
     for row in collected:
         if row["payload"] is not None:
-            summary.payloads.setdefault(row["kind"], []).append(json.loads(row["payload"]))
+            summary.payloads.setdefault(row["kind"], []).append(row["payload"])
             continue
-        group = (row["kind"], row["alert_kind"], row["stage"], row["counter"])
+        group = (row["kind"], row["label"], row["counter"])
         if group in merged:
             merged[group]["rows"] += row["rows"]
             if row["total"] is not None:
@@ -357,7 +369,7 @@ def records_per_batch(settings: Any) -> int | None:
     return max(1, settings.output_transaction_timeout_ms * MEASURED_RECORDS_PER_S // 1000 // TIMEOUT_SHARE)
 
 
-Group = tuple[str, str | None, str | None, str | None]  # kind, alert kind, dead-letter stage, counter
+Group = tuple[str, str | None, str | None]  # kind, label (OutputPlan.count_as), counter
 
 
 def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Output) -> tuple[dict[Group, list[int]], list[tuple[str, str]]]:
@@ -368,6 +380,7 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
     whatever the computing took (the stateful operator's rows arrive as it computes them)."""
     groups: dict[Group, list[int]] = {}
     read: list[tuple[str, str]] = []
+    count_as = plan.count_as
     try:
         if output.drains:
             batches = iter(list(batches))  # Arrow batches of the batch's output rows: compact, bounded by the batch's size
@@ -375,16 +388,14 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
             plan.check(batch)
             for kind, key, payload in zip(*(python_values(batch.column(name)) for name in ("kind", "key", "payload")), strict=True):
                 if kind == Kind.COUNT:
-                    counted = groups.setdefault((kind, None, None, key), [0, 0])
+                    counted = groups.setdefault((kind, None, key), [0, 0])
                     counted[0] += 1
                     counted[1] += int(payload or 0)
                     continue
                 if kind in plan.read_kinds and payload is not None:
                     read.append((kind, payload))
-                # Only alerts and dead letters are parsed: the metrics count them by kind and stage.
-                alert_kind = json.loads(payload).get("kind") if kind == Kind.ALERT and payload else None
-                stage = json.loads(payload).get("stage") if kind == Kind.DEAD_LETTER and payload else None
-                groups.setdefault((kind, alert_kind, stage, None), [0, 0])[0] += 1
+                label = count_as(kind, payload) if count_as is not None else None
+                groups.setdefault((kind, label, None), [0, 0])[0] += 1
                 output.produce(plan.topics[kind], key, payload)
             output.poll()
         output.finish()
@@ -397,7 +408,7 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
 def _summary_batches(written: tuple[dict[Group, list[int]], list[tuple[str, str]]]) -> Iterator[pa.RecordBatch]:
     groups, read = written
     rows: list[tuple[Any, ...]] = [(*group, n, total if group[0] == Kind.COUNT else None, None) for group, (n, total) in groups.items()]
-    rows += [(kind, None, None, None, 0, None, payload) for kind, payload in read]
+    rows += [(kind, None, None, 0, None, payload) for kind, payload in read]
     columns = {name: [row[i] for row in rows] for i, name in enumerate(_SUMMARY_ARROW.names)}
     yield pa.RecordBatch.from_pydict(columns, schema=_SUMMARY_ARROW)
 
