@@ -117,7 +117,7 @@ def test_session_end_reasons_follow_the_closed_session_contract():
 
 
 def _summary(*rows):
-    keys = ("kind", "alert_kind", "stage", "counter", "rows", "total")
+    keys = ("kind", "label", "counter", "rows", "total")
     return [dict(zip(keys, row)) for row in rows]
 
 
@@ -128,12 +128,13 @@ def test_a_batch_feeds_the_counters_and_gauges_the_job_declares():
     topics = JOBS["sessions"].output_topics(Settings())
     metrics.count_batch(
         _summary(
-            ("count", None, None, "sessions_opened", 2, 5),
-            ("count", None, None, "sessions_closed:logout", 1, 2),
-            ("count", None, None, "late_events", 1, 3),
-            ("session", None, None, None, 2, None),
-            ("alert", "bot_burst", None, None, 1, None),
-            ("dead_letter", None, "late", None, 3, None),
+            ("count", None, "sessions_opened", 2, 5),
+            ("count", None, "sessions_closed:logout", 1, 2),
+            ("count", None, "late_events", 1, 3),
+            ("session", None, None, 2, None),
+            ("alert", "bot_burst", None, 1, None),
+            ("dead_letter", "late", None, 3, None),
+            ("dead_letter", None, None, 2, None),
         ),
         topics,
     )
@@ -144,9 +145,10 @@ def test_a_batch_feeds_the_counters_and_gauges_the_job_declares():
     assert value("streamstate_job_late_events_total", {"job": "sessions"}) == 3
     assert value("streamstate_job_alerts_total", {"job": "sessions", "kind": "bot_burst"}) == 1
     assert value("streamstate_job_dead_letters_total", {"job": "sessions", "stage": "late"}) == 3
+    assert value("streamstate_job_dead_letters_total", {"job": "sessions", "stage": "state"}) == 2  # no stage: the state layer's
     assert value("streamstate_job_records_out_total", {"job": "sessions", "topic": "sessions"}) == 2
 
-    metrics.count_batch(_summary(("count", None, None, "sessions_closed:timeout", 1, 9)), topics)
+    metrics.count_batch(_summary(("count", None, "sessions_closed:timeout", 1, 9)), topics)
     assert value("streamstate_sessions_open", {}) == 0  # never below zero after a restart
 
     metrics.read_rows("event_count", [

@@ -23,6 +23,7 @@ from streamstate_jobs.kafka.partition_writer import (
     is_fenced,
     kafka_error,
 )
+from streamstate_jobs.runner import ANOTHER_COPY_CONDITIONS, _another_copy
 
 TIMEOUT_MS = 5_000
 
@@ -101,3 +102,21 @@ def test_a_transactional_call_refused_by_the_acls_fails_as_not_authorized_not_as
 
     with pytest.raises(OutputNotAuthorized, match=r"^\[OUTPUT_NOT_AUTHORIZED\] init_transactions of transactional id streamstate.q.0"):
         _call(client, "init_transactions", refused)
+
+
+def _query_failed(condition: str) -> BaseException:
+    """A PySpark StreamingQueryException carrying a Spark error class, its condition its own."""
+    from pyspark.errors.exceptions.base import StreamingQueryException
+
+    return StreamingQueryException(f"[{condition}] the query failed", errorClass=condition, messageParameters={})
+
+
+@pytest.mark.parametrize("condition", sorted(ANOTHER_COPY_CONDITIONS))
+def test_another_copy_on_the_checkpoint_is_recognised_by_spark_s_error_class(condition):
+    assert _another_copy(_query_failed(condition))
+
+
+def test_another_copy_is_not_recognised_by_wording():
+    assert not _another_copy(_query_failed("STREAM_FAILED"))
+    assert not _another_copy(RuntimeError("Concurrent update to the log. Multiple streaming jobs detected for 7"))
+    assert not _another_copy("Multiple streaming queries are concurrently using /checkpoints/x")

@@ -28,6 +28,7 @@ from streamstate_jobs.kafka.partition_writer import (
     _write_task,
     write_partitions,
 )
+from streamstate_jobs.routing import count_as
 from streamstate_pipeline.kafka_clients import producer_config
 from streamstate_stack.launcher import free_port
 from tests.integration.kafka_testing import read_topic
@@ -38,7 +39,8 @@ SCHEMA = "kind string, key string, payload string"
 
 
 def plan_for(alerts: str, states: str, counters=frozenset({"closed"}), read_kinds=frozenset()) -> OutputPlan:
-    return OutputPlan("test-job", {"alert": alerts, "metric_state": states, "dead_letter": alerts}, frozenset(counters), frozenset(read_kinds))
+    return OutputPlan("test-job", {"alert": alerts, "metric_state": states, "dead_letter": alerts}, frozenset(counters),
+                      frozenset(read_kinds), count_as)
 
 
 def test_each_kind_reaches_its_topic_and_the_summary_counts_it(spark, settings, bootstrap, new_topic):
@@ -61,12 +63,12 @@ def test_each_kind_reaches_its_topic_and_the_summary_counts_it(spark, settings, 
     assert sorted((r.key.decode(), r.value and r.value.decode()) for r in on_states) == sorted(
         ((k, p) for kind, k, p in rows if kind == "metric_state"), key=repr)
     assert summary.counts == {"alert": 7, "metric_state": 41, "dead_letter": 1, "count": 3}
-    by_alert_kind = {r["alert_kind"]: r["rows"] for r in summary.rows if r["kind"] == "alert"}
+    by_alert_kind = {r["label"]: r["rows"] for r in summary.rows if r["kind"] == "alert"}
     assert by_alert_kind == {"anomaly": 3, "spike": 4}
-    assert {r["stage"]: r["rows"] for r in summary.rows if r["kind"] == "dead_letter"} == {"contract": 1}
+    assert {r["label"]: r["rows"] for r in summary.rows if r["kind"] == "dead_letter"} == {"contract": 1}
     totals = {r["counter"]: r["total"] for r in summary.rows if r["kind"] == "count"}
     assert totals == {"closed:timeout": 5, "closed:logout": 1}
-    assert sorted(p["n"] for p in summary.payloads["alert"]) == list(range(7))
+    assert sorted(json.loads(p)["n"] for p in summary.payloads["alert"]) == list(range(7))
 
 
 def test_a_key_lands_in_the_partition_spark_s_sink_chooses(spark, settings, bootstrap, new_topic):

@@ -17,7 +17,7 @@ from streamstate import errors as library_errors
 from streamstate_pipeline import errors
 from streamstate_pipeline.contracts import ContractError
 from streamstate_jobs.kafka.identity import SourceResetError
-from streamstate_jobs.lost_input import error_conditions, is_source_reset, raise_if_lost_input
+from streamstate_jobs.lost_input import _jvm_origin, error_conditions, is_source_reset, raise_if_lost_input
 
 PIPELINE_PACKAGES = ("streamstate_pipeline", "streamstate_jobs", "streamstate_api", "streamstate_producers", "streamstate_stack")
 BRANCHES = (
@@ -64,8 +64,35 @@ def test_every_layer_class_sits_on_a_branch_or_is_one(cls):
     assert issubclass(cls, BRANCHES), cls.__mro__
 
 
+CONDITIONED = [c for c in PIPELINE if c.condition is not None]
+
+
+def test_the_errors_callers_tell_apart_carry_a_condition_code():
+    names = {c.__qualname__ for c in CONDITIONED}
+    assert {"SourceResetError", "OutputFenced", "OutputNotAuthorized", "OutputTransactionTimedOut",
+            "OutputTransactionsUnsupported", "BatchMarkersMayHaveExpired"} <= names
+
+
+@pytest.mark.parametrize("cls", CONDITIONED, ids=lambda c: c.__qualname__)
+def test_a_condition_code_is_stable_upper_case_and_recognised_in_text(cls):
+    assert cls.condition.isupper() and " " not in cls.condition
+    assert errors.conditions_in(f"PythonException: ...{cls.__module__}.{cls.__qualname__}: {errors.coded(cls.condition, 'x')}") == [cls.condition]
+
+
+def test_each_condition_code_names_one_error():
+    conditions = [c.condition for c in CONDITIONED if c.condition != "OUTPUT_FATAL"]
+    assert len(conditions) == len(set(conditions)), conditions
+
+
+def test_conditions_in_finds_the_bracketed_codes_only():
+    assert errors.conditions_in("[STREAM_FAILED] x: [OUTPUT_FENCED] y; [KAFKA_DATA_LOSS.PARTITIONS_DELETED] z") == [
+        "STREAM_FAILED", "OUTPUT_FENCED", "KAFKA_DATA_LOSS.PARTITIONS_DELETED"]
+    assert errors.conditions_in("OUTPUT_FENCED without brackets, [not a code], [Mixed_Case]") == []
+
+
 def test_lost_input_is_recognised_by_type_and_by_the_text_that_crosses_the_jvm():
     error = SourceResetError("topic user-events was recreated")
+    assert str(error) == "[SOURCE_RESET] topic user-events was recreated"
     assert is_source_reset(error)
     try:
         raise error
@@ -77,6 +104,9 @@ def test_lost_input_is_recognised_by_type_and_by_the_text_that_crosses_the_jvm()
 def test_other_failures_are_not_lost_input():
     assert not is_source_reset(RuntimeError("broker unreachable"))
     assert not is_source_reset("a message that mentions SourceResetError only in passing")
+    # The class's name without its condition code is wording, not a condition.
+    assert not is_source_reset("streamstate_jobs.kafka.identity.SourceResetError: topic t was recreated")
+    assert not is_source_reset("a message that mentions SOURCE_RESET without its brackets")
 
 
 def _query_failed(condition: str) -> BaseException:
@@ -110,3 +140,21 @@ def test_other_spark_error_classes_are_not_lost_input(condition):
 def test_a_failure_with_no_error_class_has_no_conditions():
     assert error_conditions(RuntimeError("KAFKA_DATA_LOSS in a message is not an error class")) == []
     assert not is_source_reset(RuntimeError("KAFKA_DATA_LOSS in a message is not an error class"))
+
+
+class _Captured:
+    """A PySpark error as ``StreamingQuery.exception()`` builds it: no JVM exception of its own,
+    its cause's (``_cause``) holds one."""
+
+    def __init__(self, origin=None, cause=None):
+        self._origin, self._cause = origin, cause
+
+
+def test_the_jvm_exception_behind_a_query_s_failure_is_its_cause_s():
+    jvm_error = object()
+    assert _jvm_origin(_Captured(cause=_Captured(origin=jvm_error))) is jvm_error
+    assert _jvm_origin(_Captured(origin=jvm_error, cause=_Captured(origin=object()))) is jvm_error
+    assert _jvm_origin(_Captured()) is None
+    looped = _Captured()
+    looped._cause = looped
+    assert _jvm_origin(looped) is None

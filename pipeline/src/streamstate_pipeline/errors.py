@@ -19,13 +19,43 @@ root (``streamstate.errors.StreamstateError``, with ``StateError`` under it): th
 use both, see the library's refusals as ``StateError``. Each layer's own classes live in its
 modules and inherit from its branch here. Classes that callers already caught as a builtin
 (``ValueError``, ``TypeError``, ``RuntimeError``) keep that builtin as a second base.
+
+Conditions. An error a caller must tell apart from others carries a stable condition code, as
+PySpark's error classes do: the class attribute :attr:`PipelineError.condition` (``OUTPUT_FENCED``,
+``SOURCE_RESET``, ...), and its message starts with ``[CONDITION]``. Code recognises an error by
+its type or its condition, never by its wording. Where only text survives (a Python error raised
+in a Spark task or in ``foreachBatch`` reaches the driver as the text of a JVM exception),
+:func:`conditions_in` finds the ``[CONDITION]`` codes the pipeline itself put into that text.
 """
 
 from __future__ import annotations
 
+import re
+from typing import ClassVar
+
 
 class PipelineError(Exception):
-    """The root of every exception the pipeline's deployables raise on purpose."""
+    """The root of every exception the pipeline's deployables raise on purpose.
+
+    ``condition``: the stable code of an error that callers recognise (None: recognised by type
+    only); such a class's messages start with ``[condition]`` (:func:`coded`)."""
+
+    condition: ClassVar[str | None] = None
+
+
+_CODE = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+
+
+def coded(condition: str, detail: str) -> str:
+    """A message that starts with its condition code: ``[CONDITION] detail``."""
+    return f"[{condition}] {detail}"
+
+
+def conditions_in(text: str) -> list[str]:
+    """The ``[CONDITION]`` codes a text holds, in order. Only for text that crossed a boundary
+    where the exception object is lost (a task's Python error inside a JVM one); an exception
+    at hand is recognised by its type or its ``condition`` attribute."""
+    return _CODE.findall(text)
 
 
 class UnavailableError(PipelineError):

@@ -11,8 +11,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from streamstate_pipeline.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from streamstate_pipeline.kafka_clients import KafkaConnection
@@ -325,6 +327,21 @@ class Settings(BaseSettings):
         from streamstate_pipeline.kafka_clients import KafkaConnection
 
         return KafkaConnection(self.bootstrap_servers, self.kafka_client_options)
+
+    def with_overrides(self, **changes: object) -> Settings:
+        """A copy with ``changes`` applied, validated as the environment's values are: each
+        field's type and bounds and the rules across fields. Run-time facts (a broker's port, an
+        endpoint) are written back through this, never with an unvalidated ``model_copy``. The
+        environment is not read again. A name that is no setting, or a value a setting refuses,
+        raises a :class:`ConfigurationError` that names the setting."""
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown:
+            raise ConfigurationError(f"no such setting: {', '.join(unknown)}")
+        try:
+            return type(self).model_validate({**self.model_dump(), **changes})
+        except ValidationError as exc:
+            refused = "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}" for error in exc.errors())
+            raise ConfigurationError(f"refused setting override ({', '.join(sorted(changes))}): {refused}") from None
 
     def checkpoint(self, job: str) -> str:
         return f"{self.checkpoint_root.rstrip('/')}/{job}"

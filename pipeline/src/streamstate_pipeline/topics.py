@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from streamstate_pipeline.kafka_clients import KafkaConnection, admin
@@ -59,7 +59,8 @@ def create_topics(broker: KafkaConnection, specs: list[TopicSpec], timeout_s: fl
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            error = exc.args[0] if exc.args else None
+            if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise
     # Metadata can lag the create: wait until every partition is visible.
     deadline = time.monotonic() + timeout_s

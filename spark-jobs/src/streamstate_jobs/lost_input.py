@@ -8,24 +8,36 @@ same loss.
 
 Inside ``foreachBatch`` Spark's error is still a JVM exception with its error class, so routing
 turns it into a SourceResetError there (:func:`raise_if_lost_input`). Past the Python function,
-only text crosses back to the JVM: the failed query then carries the SourceResetError's
-qualified class name, which Python's traceback prints, and that is what is recognised.
+only text crosses back to the JVM: the failed query then carries the SourceResetError's message,
+which starts with its condition code ``[SOURCE_RESET]``, and that code is what is recognised.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from streamstate_pipeline.errors import conditions_in
 from streamstate_jobs.kafka.identity import SourceResetError
 
 KAFKA_DATA_LOSS = "KAFKA_DATA_LOSS"
-SOURCE_RESET_NAME = f"{SourceResetError.__module__}.{SourceResetError.__qualname__}"
+
+
+def _jvm_origin(error: object) -> Any:
+    """The JVM exception behind a PySpark error: its own, or, for one built in Python around a
+    JVM cause (``StreamingQuery.exception()`` passes Spark only the failure's cause), its cause's."""
+    hops = 0
+    while error is not None and hops < 20:
+        origin = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+        if origin is not None:
+            return origin
+        error, hops = getattr(error, "_cause", None), hops + 1
+    return None
 
 
 def error_conditions(error: object) -> list[str]:
     """The Spark error classes (conditions) of a failed Spark call or query: along its JVM causes,
     or its own when no JVM is behind it."""
-    origin: Any = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    origin: Any = _jvm_origin(error)
     if origin is None:
         # No JVM behind it (a Spark Connect error, one built in Python): a PySpark exception then
         # holds its own condition, which getCondition() returns without asking a JVM. A classic
@@ -60,7 +72,9 @@ def is_source_reset(error: object) -> bool:
     """Whether a failed query lost input under its checkpoint."""
     if isinstance(error, SourceResetError) or _data_loss_conditions(error):
         return True
-    return SOURCE_RESET_NAME in str(error)
+    # Boundary: a SourceResetError raised in foreachBatch reaches the driver only as text inside
+    # the query's JVM error; its condition code, which its message starts with, is matched there.
+    return SourceResetError.condition in conditions_in(str(error))
 
 
 def raise_if_lost_input(error: BaseException) -> None:

@@ -287,7 +287,8 @@ class JobMetrics:
 
     # -- fed by the job's rows -------------------------------------------------------------
     def count_batch(self, summary: list[Any], topic_of_kind: Mapping[str, str]) -> None:
-        """Count a batch's rows, summarised by routing (kind, alert_kind, stage, counter: rows, total)."""
+        """Count a batch's rows, summarised by the writer (kind, label, counter: rows, total); the label
+        is what routing's ``count_as`` named: an alert's kind, a dead letter's stage."""
         increments: dict[str, dict[str | None, int]] = {}
 
         def total(names: tuple[str, ...]) -> int:
@@ -302,9 +303,9 @@ class JobMetrics:
                 continue
             self.records_out.labels(topic=topic_of_kind[kind]).inc(n)
             if kind == Kind.DEAD_LETTER:
-                self.dead_letters.labels(stage=row["stage"] or "state").inc(n)
-            elif kind == Kind.ALERT and row["alert_kind"]:
-                self.alerts.labels(kind=row["alert_kind"]).inc(n)
+                self.dead_letters.labels(stage=row["label"] or "state").inc(n)
+            elif kind == Kind.ALERT and row["label"]:
+                self.alerts.labels(kind=row["label"]).inc(n)
         for name, by_label in increments.items():
             if name in self.counters:
                 for label, n in by_label.items():

@@ -12,6 +12,7 @@ ids, and the API shows each once).
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Callable
 
@@ -27,6 +28,17 @@ from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def count_as(kind: str, payload: str | None) -> str | None:
+    """The label the writer counts a written record under (its ``count_as`` callback, run in the
+    tasks): an alert's kind, a dead letter's stage, for the job's alert and dead-letter metrics;
+    None for every other kind, counted by kind alone."""
+    if kind == Kind.ALERT and payload:
+        return json.loads(payload).get("kind")
+    if kind == Kind.DEAD_LETTER and payload:
+        return json.loads(payload).get("stage")
+    return None
 
 
 def batch_router(
@@ -45,7 +57,9 @@ def batch_router(
     ``transactional_query`` (the name of the query's transactional ids, read once its
     checkpoint exists) every batch is written exactly once."""
     topic_of_kind = job.output_topics(settings)
-    plan = OutputPlan(job.name, topic_of_kind, job.count_names, frozenset(gauge.reads[0] for gauge in job.gauges if gauge.reads))
+    plan = OutputPlan(
+        job.name, topic_of_kind, job.count_names, frozenset(gauge.reads[0] for gauge in job.gauges if gauge.reads), count_as,
+    )
     prefix: list[str] = []  # read at the first batch: the checkpoint's query id exists from then on
 
     def transactions(batch_id: int) -> BatchTransactions | None:
@@ -66,7 +80,7 @@ def batch_router(
         if metrics is not None:
             metrics.count_batch(summary.rows, topic_of_kind)
             for kind, payloads in summary.payloads.items():
-                metrics.read_rows(kind, payloads)
+                metrics.read_rows(kind, [json.loads(payload) for payload in payloads])
         if on_batch is not None:
             on_batch(batch_id, summary.counts)
 

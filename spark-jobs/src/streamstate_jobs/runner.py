@@ -64,7 +64,7 @@ from streamstate_jobs.kafka.partition_writer import (
 )
 from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
-from streamstate_jobs.lost_input import is_source_reset
+from streamstate_jobs.lost_input import error_conditions, is_source_reset
 from streamstate_jobs.outage import BrokerWatch, failure_message
 from streamstate_pipeline.settings import Settings
 
@@ -187,10 +187,15 @@ def exactly_once(settings: Settings) -> bool:
 _warned_at_least_once: list[str] = []
 
 
+# Spark's error classes for another query writing the checkpoint's logs ("Multiple streaming jobs
+# detected for batch N", "Multiple streaming queries are concurrently using <path>").
+ANOTHER_COPY_CONDITIONS = frozenset({"CONCURRENT_STREAM_LOG_UPDATE", "_LEGACY_ERROR_TEMP_2207"})
+
+
 def _another_copy(error: object) -> bool:
-    """Whether Spark failed the query because another query wrote its checkpoint's logs."""
-    text = str(error)
-    return "Multiple streaming jobs detected" in text or "are concurrently using" in text
+    """Whether Spark failed the query because another query wrote its checkpoint's logs: by
+    Spark's error class along the failure's JVM causes (:func:`error_conditions`)."""
+    return not ANOTHER_COPY_CONDITIONS.isdisjoint(error_conditions(error))
 
 
 def _fatal_output(failures) -> type[FatalOutputError] | None:

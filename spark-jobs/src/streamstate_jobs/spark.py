@@ -142,7 +142,7 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer")
-    ship_code(spark, settings.model_copy(update={"spark_master": spark.sparkContext.master}))
+    ship_code(spark, settings.with_overrides(spark_master=spark.sparkContext.master))
     return spark
 
 

@@ -297,7 +297,7 @@ class EmbeddedStack:
             binaries.checkpoint_io_jar()  # the jobs' session builder finds it installed
         except binaries.DependencyMissing as exc:
             self.say(f"{exc}; local checkpoints keep Hadoop's file system (slower, the same files)")
-        self.settings = self.settings.model_copy(update={"bootstrap_servers": bootstrap, "spark_jars": jars})
+        self.settings = self.settings.with_overrides(bootstrap_servers=bootstrap, spark_jars=jars)
         try:
             # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
             for port, proc in procs.items():
@@ -315,7 +315,7 @@ class EmbeddedStack:
 
         server = LocalServer(port or free_port(), free_port(), self.workdir / "kinesis")
         self.spawn("kinesis", server.argv(), server.env())
-        self.settings = self.settings.model_copy(update={"kinesis_endpoint_url": server.endpoint_url})
+        self.settings = self.settings.with_overrides(kinesis_endpoint_url=server.endpoint_url)
         self.extra_env.update(server.env_for_clients())
         try:
             wait_for_kinesis(server.endpoint_url, self.settings.kinesis_region)
@@ -348,7 +348,7 @@ class EmbeddedStack:
                 store.create_bucket(bucket)
                 break
             except S3Error as exc:  # ready can precede a usable object layer by a moment
-                if "HTTP 503" not in str(exc) or time.monotonic() > deadline:
+                if exc.status != 503 or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
         self.settings = object_store_settings(self.settings, self.minio.endpoint, bucket)
@@ -448,11 +448,9 @@ def object_store_settings(settings: Settings, endpoint: str, bucket: str) -> Set
     endpoint and s3a:// checkpoints (unless already there). This is what compose's jobs get
     as STREAMSTATE_* variables; tests/compose/test_compose_drift.py compares the two."""
     root = settings.checkpoint_root
-    return settings.model_copy(
-        update={
-            "s3_endpoint": endpoint,
-            "checkpoint_root": root if root.startswith("s3a://") else f"s3a://{bucket}/checkpoints",
-        }
+    return settings.with_overrides(
+        s3_endpoint=endpoint,
+        checkpoint_root=root if root.startswith("s3a://") else f"s3a://{bucket}/checkpoints",
     )
 
 

@@ -24,7 +24,24 @@ _S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
 class S3Error(StackError, RuntimeError):
-    """An S3 request failed: the status and the server's error message."""
+    """An S3 request failed: the status and the server's error message. ``status`` is the HTTP
+    status, ``code`` the S3 error code of the response's XML body (``BucketAlreadyOwnedByYou``;
+    None when it has none): callers tell errors apart by those, not by the message."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def error_code(body: str) -> str | None:
+    """The ``<Code>`` of an S3 error response's XML body (None: not one)."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return None
+    code = root.findtext("Code") if root.tag == "Error" else root.findtext(".//Error/Code")
+    return code or None
 
 
 def split_s3a(uri: str) -> tuple[str, str]:
@@ -73,14 +90,15 @@ class S3:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.read()
         except urllib.error.HTTPError as exc:
-            raise S3Error(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}") from None
+            answer = exc.read().decode(errors="replace")
+            raise S3Error(f"{method} {path}: HTTP {exc.code}: {answer[:300]}", exc.code, error_code(answer)) from None
 
     def create_bucket(self, bucket: str) -> bool:
         """Create ``bucket``; False when this owner already has it."""
         try:
             self._request("PUT", f"/{bucket}")
         except S3Error as exc:
-            if "BucketAlreadyOwnedByYou" in str(exc):
+            if exc.code == "BucketAlreadyOwnedByYou":
                 return False
             raise
         return True

@@ -52,7 +52,7 @@ def _free_ports(settings: Settings) -> Settings:
         if port and not port_free(port):
             moved[field] = free_port()
             print(f"[streamstate] port {port} ({field}) is busy; using {moved[field]}", flush=True)
-    return settings.model_copy(update=moved)
+    return settings.with_overrides(**moved)
 
 
 def _api_json(settings: Settings, path: str) -> dict | None:

@@ -346,6 +346,9 @@ def _unusable(path: Path, cache_mb: int, identity: dict) -> str | None:
     try:
         store = ViewStore(path, cache_mb)
     except Exception as exc:  # rocksdict raises plain exceptions for corruption and I/O errors
+        # Boundary: rocksdict hands over RocksDB's Status only as text ("IO error: While lock
+        # file: <path>/LOCK: Resource temporarily unavailable"), with no type or code to match;
+        # its lock failure is recognised by that wording, the one place the API does so.
         if "lock" in str(exc).lower():
             raise StoreUnavailable(
                 f"the view store {path} is in use by another process ({' '.join(str(exc).split())[:200]}); "

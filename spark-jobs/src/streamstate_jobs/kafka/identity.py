@@ -17,14 +17,22 @@ from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from streamstate_pipeline.kafka_clients import KafkaConnection, admin
-from streamstate_pipeline.errors import SourceError
+from streamstate_pipeline.errors import SourceError, coded
 
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the all-zero Uuid, base64
 TIMEOUT_S = 10.0
 
 
 class SourceResetError(SourceError, RuntimeError):
-    """An input topic is not the one the checkpoint was written from, or lost records under it."""
+    """An input topic is not the one the checkpoint was written from, or lost records under it.
+    Its message starts with ``[SOURCE_RESET]``: raised in ``foreachBatch``, it reaches the driver
+    as text inside a JVM error, and the runner recognises it there by that code
+    (:func:`streamstate_jobs.lost_input.is_source_reset`)."""
+
+    condition = "SOURCE_RESET"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(coded(self.condition, detail))
 
 
 def topic_ids(broker: KafkaConnection, topics: Iterable[str], client: AdminClient | None = None) -> dict[str, str]:

@@ -1,9 +1,12 @@
 """Writing a micro-batch's output rows to Kafka from the tasks that computed them.
 
 The rows of a batch leave the stateful stage in (kind, key, payload) form. Each task produces
-its rows with confluent-kafka and hands back one small summary (rows per kind, alert kind,
-dead-letter stage and counter; the payloads a gauge reads), so a whole batch is ONE Spark job:
-no persist of the batch, no counting pass, no second pass to write, no collect of payloads.
+its rows with confluent-kafka and hands back one small summary (rows per kind and label, and
+per counter; the payloads a gauge reads), so a whole batch is ONE Spark job: no persist of
+the batch, no counting pass, no second pass to write, no collect of payloads. The writer never
+reads a payload: the job's wiring gives it a counting callback (:attr:`OutputPlan.count_as`)
+that names the label each written record is counted under (an alert's kind, a dead letter's
+stage), and hands it the payloads its gauges read as they were written.
 Spark's own Kafka sink needs each of those as a job of its own, and each costs a stage's
 scheduling and its tasks' start whatever the rows, which at low rates is most of a batch.
 
@@ -38,14 +41,13 @@ finds across the JVM (:func:`fatal_condition`) and stops on with that condition'
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import uuid
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,7 +55,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from streamstate_pipeline.errors import JobError
+from streamstate_pipeline.errors import JobError, coded, conditions_in
 from streamstate_jobs.declaration import count_key
 from streamstate_pipeline.kafka_clients import ClientConfig, producer_config
 from streamstate_jobs.kinds import Kind
@@ -62,10 +64,10 @@ from streamstate.state.packing import python_values
 if TYPE_CHECKING:  # pydantic stays out of the Python workers that import this module for its tasks
     from streamstate_pipeline.settings import Settings
 
-# A task's summary: one row per (kind, alert kind, dead-letter stage, counter) with its rows and
-# counter total, and one row per payload a gauge reads (rows 0).
+# A task's summary: one row per (kind, label, counter) with its rows and counter total, and one
+# row per payload a gauge reads (rows 0).
 _SUMMARY_ARROW = pa.schema(
-    [("kind", pa.string()), ("alert_kind", pa.string()), ("stage", pa.string()), ("counter", pa.string()),
+    [("kind", pa.string()), ("label", pa.string()), ("counter", pa.string()),
      ("rows", pa.int64()), ("total", pa.int64()), ("payload", pa.string())]
 )
 SUMMARY_SCHEMA = ", ".join(f"{f.name} {'long' if f.type == pa.int64() else 'string'}" for f in _SUMMARY_ARROW)
@@ -144,7 +146,7 @@ class FatalOutputError(OutputNotDelivered):
     remedy: ClassVar[str] = ""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(f"[{self.condition}] {detail}; {self.remedy}")
+        super().__init__(coded(self.condition, f"{detail}; {self.remedy}"))
 
 
 class OutputFenced(FatalOutputError):
@@ -192,15 +194,16 @@ class OutputTransactionsUnsupported(FatalOutputError):
 FATAL_CONDITIONS: dict[str, type[FatalOutputError]] = {
     kind.condition: kind for kind in (OutputFenced, OutputNotAuthorized, OutputTransactionTimedOut, OutputTransactionsUnsupported)
 }
-_CONDITION = re.compile(r"\[(OUTPUT_[A-Z_]+)\]")
 
 
 def fatal_condition(error: object) -> type[FatalOutputError] | None:
-    """The fatal output condition a failed query's error carries (None: none), from the
+    """The fatal output condition a failed query's error carries (None: none): its type, or the
     ``[CONDITION]`` code its text holds wherever the JVM put the Python error's text."""
     if isinstance(error, FatalOutputError):
         return type(error)
-    for code in _CONDITION.findall(str(error)):
+    # Boundary: the task's FatalOutputError reaches the driver only as text inside a JVM
+    # exception (a PythonException's traceback); the code we put into its message is matched there.
+    for code in conditions_in(str(error)):
         if code in FATAL_CONDITIONS:
             return FATAL_CONDITIONS[code]
     return None
@@ -254,16 +257,25 @@ class BatchTransactions:
         return f"{self.prefix}.{partition}"
 
 
+CountAs = Callable[[str, str | None], str | None]
+
+
 @dataclass(frozen=True)
 class OutputPlan:
     """Where a job's rows go: a topic per kind, the counters its COUNT rows may name, and the
     kinds whose payloads its gauges read. Anything else fails the task before it writes the
-    Arrow batch that holds it."""
+    Arrow batch that holds it.
+
+    ``count_as``: the job wiring's counting callback, called in the task with the kind and
+    payload of each record it writes; it returns the label the record is counted under in the
+    batch's summary (None: by its kind alone). It runs on the executors, so it must pickle (a
+    module-level function); without it records are counted by kind."""
 
     job: str
     topics: Mapping[str, str]
     counters: frozenset[str]
     read_kinds: frozenset[str] = frozenset()
+    count_as: CountAs | None = None
 
     def check(self, batch: pa.RecordBatch) -> None:
         kinds = set(pc.unique(batch.column("kind")).to_pylist())
@@ -284,8 +296,8 @@ class OutputPlan:
 class BatchSummary:
     """What a batch's tasks wrote and counted, merged on the driver."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)  # kind, alert_kind, stage, counter, rows, total
-    payloads: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per read kind, decoded
+    rows: list[dict[str, Any]] = field(default_factory=list)  # kind, label, counter, rows, total
+    payloads: dict[str, list[str]] = field(default_factory=dict)  # per read kind, as written
 
     @property
     def counts(self) -> dict[str, int]:
@@ -304,7 +316,7 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
     config = producer_config(settings.kafka, **{key.replace(".", "__"): value for key, value in tuning.items()})
     group_config = settings.kafka.client_config()
-    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds)  # a plain dict pickles
+    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds, plan.count_as)  # a plain dict pickles
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         output = _Output(config) if transactions is None else _TransactionalOutput(config, group_config, transactions)
@@ -315,9 +327,9 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     merged: dict[Group, dict[str, Any]] = {}  # the tasks' rows of one group as one
     for row in collected:
         if row["payload"] is not None:
-            summary.payloads.setdefault(row["kind"], []).append(json.loads(row["payload"]))
+            summary.payloads.setdefault(row["kind"], []).append(row["payload"])
             continue
-        group = (row["kind"], row["alert_kind"], row["stage"], row["counter"])
+        group = (row["kind"], row["label"], row["counter"])
         if group in merged:
             merged[group]["rows"] += row["rows"]
             if row["total"] is not None:
@@ -360,7 +372,7 @@ def records_per_batch(settings: Settings) -> int | None:
     return max(1, settings.output_transaction_timeout_ms * MEASURED_RECORDS_PER_S // 1000 // TIMEOUT_SHARE)
 
 
-Group = tuple[str, str | None, str | None, str | None]  # kind, alert kind, dead-letter stage, counter
+Group = tuple[str, str | None, str | None]  # kind, label (OutputPlan.count_as), counter
 
 
 def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Output) -> tuple[dict[Group, list[int]], list[tuple[str, str]]]:
@@ -371,6 +383,7 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
     whatever the computing took (the stateful operator's rows arrive as it computes them)."""
     groups: dict[Group, list[int]] = {}
     read: list[tuple[str, str]] = []
+    count_as = plan.count_as
     try:
         if output.drains:
             batches = iter(list(batches))  # Arrow batches of the batch's output rows: compact, bounded by the batch's size
@@ -378,16 +391,14 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
             plan.check(batch)
             for kind, key, payload in zip(*(python_values(batch.column(name)) for name in ("kind", "key", "payload")), strict=True):
                 if kind == Kind.COUNT:
-                    counted = groups.setdefault((kind, None, None, key), [0, 0])
+                    counted = groups.setdefault((kind, None, key), [0, 0])
                     counted[0] += 1
                     counted[1] += int(payload or 0)
                     continue
                 if kind in plan.read_kinds and payload is not None:
                     read.append((kind, payload))
-                # Only alerts and dead letters are parsed: the metrics count them by kind and stage.
-                alert_kind = json.loads(payload).get("kind") if kind == Kind.ALERT and payload else None
-                stage = json.loads(payload).get("stage") if kind == Kind.DEAD_LETTER and payload else None
-                groups.setdefault((kind, alert_kind, stage, None), [0, 0])[0] += 1
+                label = count_as(kind, payload) if count_as is not None else None
+                groups.setdefault((kind, label, None), [0, 0])[0] += 1
                 output.produce(plan.topics[kind], key, payload)
             output.poll()
         output.finish()
@@ -400,7 +411,7 @@ def _write_task(batches: Iterator[pa.RecordBatch], plan: OutputPlan, output: _Ou
 def _summary_batches(written: tuple[dict[Group, list[int]], list[tuple[str, str]]]) -> Iterator[pa.RecordBatch]:
     groups, read = written
     rows: list[tuple[Any, ...]] = [(*group, n, total if group[0] == Kind.COUNT else None, None) for group, (n, total) in groups.items()]
-    rows += [(kind, None, None, None, 0, None, payload) for kind, payload in read]
+    rows += [(kind, None, None, 0, None, payload) for kind, payload in read]
     columns = {name: [row[i] for row in rows] for i, name in enumerate(_SUMMARY_ARROW.names)}
     yield pa.RecordBatch.from_pydict(columns, schema=_SUMMARY_ARROW)
 
