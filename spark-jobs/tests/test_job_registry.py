@@ -110,9 +110,16 @@ def test_a_third_job_is_one_declaration():
 
 
 @pytest.mark.parametrize("spec", JOBS.values(), ids=list(JOBS))
-def test_each_job_has_its_spark_submit_application(spec):
-    """spark-jobs/<name>.py runs the declared job (its --help parses before Spark starts)."""
-    application = REPO_ROOT / "spark-jobs" / f"{spec.name}.py"
-    result = subprocess.run([sys.executable, str(application), "--help"], capture_output=True, text=True, timeout=120)
+def test_the_spark_submit_application_runs_each_declared_job(spec):
+    """spark-jobs/submit.py <name> runs the declared job (its --help parses before Spark starts)."""
+    application = REPO_ROOT / "spark-jobs" / "submit.py"
+    result = subprocess.run([sys.executable, str(application), spec.name, "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert spec.description in " ".join(result.stdout.split())
+
+
+def test_the_spark_submit_application_refuses_an_undeclared_job():
+    application = REPO_ROOT / "spark-jobs" / "submit.py"
+    result = subprocess.run([sys.executable, str(application), "clicks"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "no job named 'clicks'" in result.stderr and ", ".join(JOBS) in result.stderr

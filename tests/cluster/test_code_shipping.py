@@ -1,4 +1,4 @@
-"""The project's code as executors get it: the built wheel, as a zip on ``sys.path``."""
+"""The project's code as executors get it: the shipped members' wheels, as one zip on ``sys.path``."""
 
 from __future__ import annotations
 
@@ -12,18 +12,20 @@ from streamstate_pipeline.settings import REPO_ROOT, Settings
 # What a Python worker does with a shipped file: put it on sys.path ahead of site-packages.
 IMPORT_PROBE = (
     "import sys; sys.path.insert(1, sys.argv[1]); "
-    "import streamstate_jobs.sessions.job, streamstate_jobs.kafka.connector, streamstate_api, streamstate_pipeline.contracts; "
+    "import streamstate_jobs.sessions.job, streamstate_jobs.kafka.connector, streamstate.state, streamstate_pipeline.contracts; "
     "print('\\n'.join(m.__file__ for m in (streamstate_jobs.sessions.job, streamstate_jobs.kafka.connector, "
-    "streamstate_api, streamstate_pipeline.contracts)))"
+    "streamstate.state, streamstate_pipeline.contracts)))"
 )
 
 
 def test_the_zip_carries_the_import_layout_and_wins_over_the_installed_project(tmp_path):
     code = build_code_zip(cache_dir=tmp_path)
     names = zipfile.ZipFile(code).namelist()
-    assert "spark-jobs/src/streamstate_jobs/sessions/job.py" in names and "spark-jobs/src/streamstate_jobs/kafka/connector.py" in names
-    assert "services/api/src/streamstate_api/__init__.py" in names
-    assert not any(name.startswith(("spark-jobs/", "tests/", "bench/")) for name in names), "only the package is shipped"
+    assert "streamstate_jobs/sessions/job.py" in names and "streamstate_jobs/kafka/connector.py" in names
+    assert "streamstate/state/__init__.py" in names and "streamstate_pipeline/contracts.py" in names
+    assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {
+        "streamstate", "streamstate_pipeline", "streamstate_jobs"
+    }, "only the library, the pipeline and the jobs are shipped (not the API, the producers or the stack)"
     probe = subprocess.run(
         [sys.executable, "-c", IMPORT_PROBE, str(code)], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
@@ -39,7 +41,8 @@ def test_the_zip_is_rebuilt_only_when_the_sources_change(tmp_path):
     first = build_code_zip(source, cache)
     built_at = first.stat().st_mtime_ns
     assert build_code_zip(source, cache) == first and first.stat().st_mtime_ns == built_at
-    (source / "streamstate" / "contracts.py").write_text((source / "streamstate" / "contracts.py").read_text() + "\n# changed\n")
+    changed = source / "pipeline" / "src" / "streamstate_pipeline" / "contracts.py"
+    changed.write_text(changed.read_text() + "\n# changed\n")
     second = build_code_zip(source, cache)
     assert second != first and second.is_file()
 

@@ -169,8 +169,8 @@ class Settings(BaseSettings):
     )
     ship_code: Literal["auto", "wheel", "none"] = Field(
         "auto",
-        description="Ship the project's code to executors: 'wheel' builds the project's wheel and adds it with "
-        "SparkContext.addPyFile; 'none' relies on the same installation on every node (one image); 'auto' ships "
+        description="Ship the project's code to executors: 'wheel' builds the wheels of the library, the pipeline and "
+        "the jobs as one zip and adds it with SparkContext.addPyFile; 'none' relies on the same installation on every node (one image); 'auto' ships "
         "on a non-local master when running from a source checkout.",
     )
     executor_cores: int | None = Field(None, ge=1, description="spark.executor.cores: task slots per executor.")

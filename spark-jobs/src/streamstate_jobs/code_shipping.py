@@ -1,15 +1,18 @@
 """Shipping the project's Python code to the executors of a Spark cluster.
 
-On a cluster every executor must import ``streamstate`` (the Kafka data source, the state
-processors and the rules run there). Two standard ways are supported:
+On a cluster every executor imports the jobs' code (the Kafka data source, the state
+processors and the rules run there): the workspace members ``library/`` (``streamstate``),
+``pipeline/`` (``streamstate_pipeline``) and ``spark-jobs/`` (``streamstate_jobs``). Two
+standard ways are supported:
 
 * the same image (or the same installation) on every node, as ``docker-compose.yml`` does:
   nothing is shipped (``ship_code = "none"``);
-* a built package on ``spark.submit.pyFiles``: the project's wheel is built with
-  ``pip wheel --no-deps`` (so the package is laid out by the build backend, exactly as for
-  an install), stored as a ``.zip`` (Spark puts
-  ``.zip``/``.egg`` files, not ``.whl``, on the executors' ``sys.path``; a pure-Python
-  wheel is a zip of the import layout) and added with ``SparkContext.addPyFile``.
+* built packages on ``spark.submit.pyFiles``: each member's wheel is built with
+  ``pip wheel --no-deps --no-build-isolation`` (so each package is laid out by the build
+  backend, exactly as for an install), and their entries are written into one ``.zip``
+  (Spark puts ``.zip``/``.egg`` files, not ``.whl``, on the executors' ``sys.path``; a
+  pure-Python wheel is a zip of its import layout, and the members' layouts do not overlap),
+  added with ``SparkContext.addPyFile``.
 
 ``ship_code = "auto"`` ships on any non-local master when the job runs from a source
 checkout, and ships nothing in local mode or from an installed package (an image).
@@ -26,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
+import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -35,7 +38,12 @@ from streamstate_pipeline.settings import REPO_ROOT, Settings
 from streamstate_pipeline.errors import JobError
 
 CODE_CACHE = REPO_ROOT / "var" / "dist"
-# Files the build backend reads besides the mapped package folders.
+# The workspace members the executors import (the root pyproject's [tool.uv.workspace] lists
+# them all): the state library (the state processors), what the deployables share (settings,
+# contracts) and the jobs (the Kafka data source, the rules). The API, the producers and the
+# stack never run on an executor (the jobs import none of them), so they are not shipped.
+SHIPPED_MEMBERS = ("library", "pipeline", "spark-jobs")
+# Files of a member the build backend reads besides its src/ folder (README.md where it has one).
 BUILD_FILES = ("pyproject.toml", "README.md")
 
 
@@ -48,22 +56,23 @@ def is_local_master(master: str) -> bool:
 
 
 def source_checkout(root: Path = REPO_ROOT) -> Path | None:
-    """The source tree the running code comes from, or None when it runs from an installed package."""
-    return root if (root / "pyproject.toml").is_file() and (root / "spark-jobs").is_dir() else None
-
-
-def _package_dirs(source: Path) -> list[Path]:
-    """The folders the wheel packages (``[tool.setuptools.packages.find]``): the folder is the import path."""
-    config = tomllib.loads((source / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    return sorted({source / pattern.rstrip("*").rstrip(".") for pattern in patterns})
+    """The workspace the running code comes from, or None when it runs from installed packages."""
+    members = [root / member / "pyproject.toml" for member in SHIPPED_MEMBERS]
+    return root if (root / "pyproject.toml").is_file() and all(m.is_file() for m in members) else None
 
 
 def source_files(source: Path) -> list[Path]:
-    """Every file the wheel is built from: the build files and the mapped packages' Python sources."""
-    files = [source / name for name in BUILD_FILES]
-    for folder in _package_dirs(source):
-        files += sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+    """Every file the shipped members' wheels are built from: each member's build files and its
+    ``src/`` folder (the import layout: packages, ``py.typed``), without build leftovers."""
+    files: list[Path] = []
+    for member in SHIPPED_MEMBERS:
+        folder = source / member
+        files += [folder / name for name in BUILD_FILES if (folder / name).is_file()]
+        files += sorted(
+            p
+            for p in (folder / "src").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and not any(part.endswith(".egg-info") for part in p.parts)
+        )
     return files
 
 
@@ -82,8 +91,22 @@ def _digest(source: Path, files: list[Path]) -> str:
     return sha.hexdigest()[:16]
 
 
+def _combine(wheels: list[Path], target: Path) -> None:
+    """Write the entries of ``wheels`` (pure-Python: each a zip of its import layout) into one zip."""
+    seen: dict[str, str] = {}
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as combined:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as archive:
+                for info in archive.infolist():
+                    if info.filename in seen:
+                        raise CodeShippingError(f"{info.filename} is in both {seen[info.filename]} and {wheel.name}")
+                    seen[info.filename] = wheel.name
+                    combined.writestr(info, archive.read(info))
+
+
 def build_code_zip(source: Path | None = None, cache_dir: Path = CODE_CACHE) -> Path:
-    """Build the project's wheel from ``source`` and return it as ``streamstate-<digest>.zip``.
+    """Build the shipped members' wheels from ``source`` and return their import layouts as one
+    ``streamstate-<digest>.zip``.
 
     The result is cached by the digest of the sources, so an unchanged tree is built once.
     The build runs on a copy of the sources, so the checkout gets no ``build/`` folder and
@@ -91,7 +114,7 @@ def build_code_zip(source: Path | None = None, cache_dir: Path = CODE_CACHE) -> 
     """
     source = source or source_checkout()
     if source is None:
-        raise CodeShippingError("no source checkout (pyproject.toml) to build the project's wheel from")
+        raise CodeShippingError(f"no source checkout (the workspace members {', '.join(SHIPPED_MEMBERS)}) to build the wheels from")
     files = source_files(source)
     target = cache_dir / f"streamstate-{_digest(source, files)}.zip"
     if target.is_file():
@@ -102,16 +125,17 @@ def build_code_zip(source: Path | None = None, cache_dir: Path = CODE_CACHE) -> 
         copy_tree(source, files, tree)
         out = Path(scratch) / "out"
         build = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(tree)],
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out)]
+            + [str(tree / member) for member in SHIPPED_MEMBERS],
             capture_output=True,
             text=True,
         )
-        wheels = list(out.glob("streamstate-*.whl"))
-        if build.returncode != 0 or len(wheels) != 1:
-            raise CodeShippingError(f"pip wheel failed ({build.returncode}): {' '.join(build.stderr.split())[-500:]}")
-        # Rename last, so a concurrent reader never sees a half-written zip.
+        wheels = sorted(out.glob("*.whl"))
+        if build.returncode != 0 or len(wheels) != len(SHIPPED_MEMBERS):
+            raise CodeShippingError(f"pip wheel failed ({build.returncode}, {len(wheels)} wheels): {' '.join(build.stderr.split())[-500:]}")
+        # Written aside and renamed last, so a concurrent reader never sees a half-written zip.
         staged = cache_dir / f".{target.name}.{os.getpid()}"
-        shutil.copyfile(wheels[0], staged)
+        _combine(wheels, staged)
         staged.replace(target)
     return target
 
@@ -139,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Package the project's code for Spark executors (spark-submit --py-files).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    package = commands.add_parser("package", help="build the project's wheel as a .zip and print its path")
+    package = commands.add_parser("package", help="build the shipped members' wheels as one .zip and print its path")
     package.add_argument("--out-dir", type=Path, default=CODE_CACHE, help=f"where to put the zip (default {CODE_CACHE})")
     args = parser.parse_args(argv)
     try:
