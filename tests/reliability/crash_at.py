@@ -80,7 +80,7 @@ def main() -> None:
         from streamstate_jobs import spark
 
         spark.build_spark = functools.partial(spark.build_spark, spark__python__daemon__module="tests.reliability.crash_daemon")
-    importlib.import_module(f"streamstate_jobs.{job}_job").main()
+    importlib.import_module(f"streamstate_jobs.{job}.job").main()
 
 
 if __name__ == "__main__":
