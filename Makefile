@@ -27,7 +27,7 @@ RUN_JVM_OPTIONS ?= $(TEST_JVM_OPTIONS)
 # The versions of everything that is not a Python package (SPARK_VERSION, KAFKA_VERSION, ...).
 include infra/versions.env
 
-.PHONY: run test lint unit images bench soak setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
+.PHONY: run test lint unit docs images bench soak setup lock java spark-pin test-deps broker-deps deps versions kinesis-server clean
 
 run: setup broker-deps $(if $(filter production,$(PROFILE)),deps) $(if $(filter kinesis,$(STREAMSTATE_SOURCE)),kinesis-server)  ## the whole pipeline until Ctrl-C
 	env JAVA_TOOL_OPTIONS="$(RUN_JVM_OPTIONS)" $(BIN)/streamstate up --profile $(PROFILE)
@@ -42,6 +42,9 @@ lint: setup                     ## the inner loop's first step: ruff, mypy and t
 
 unit: setup                     ## the inner loop's second: each member's tests and tests/unit (pure logic, no broker, no Spark; under a minute)
 	$(BIN)/pytest $(addsuffix /tests,$(MEMBERS)) tests/unit -n $(TEST_WORKERS) -q
+
+docs: setup                     ## the state library's API reference (mkdocs, mkdocstrings: docs/library/) into build/library-docs/
+	$(BIN)/mkdocs build --strict -f docs/library/mkdocs.yml
 
 images: deps                    ## the compose stack's images, built here (starts a Docker engine if none runs); plain `docker compose` then runs them
 	bash infra/docker/engine.sh start
@@ -97,8 +100,8 @@ $(STAMP): $(LOCK)
 	@echo "[1/3] pip, setuptools and wheel: they build the project and the wheel shipped to cluster executors"
 	$(PYTHON) infra/locked_requirements.py --group build > $(VENV)/requirements-build.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements-build.txt
-	@echo "[2/3] every member's dependencies (with their extras) and the test tools"
-	$(PYTHON) infra/locked_requirements.py --all-members --group test > $(VENV)/requirements.txt
+	@echo "[2/3] every member's dependencies (with their extras), the test tools and the docs' (make docs; the suite builds them)"
+	$(PYTHON) infra/locked_requirements.py --all-members --group test --group docs > $(VENV)/requirements.txt
 	$(BIN)/pip install --require-hashes -r $(VENV)/requirements.txt
 	@echo "[3/3] the workspace's members (editable, nothing more: their dependencies are in place)"
 	$(BIN)/pip install --no-deps --no-build-isolation $(addprefix -e ,$(MEMBERS))
