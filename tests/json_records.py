@@ -18,6 +18,7 @@ import struct
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 from hypothesis import strategies as st
 
 from streamstate_pipeline.contracts import EVENT_TYPES, ID_MAX_CHARS, MAX_TS, Metric, UserEvent
@@ -309,3 +310,37 @@ def same(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return type(a) is type(b) and struct.pack("<d", a) == struct.pack("<d", b) and repr(a) == repr(b)
     return type(a) is type(b) and a == b
+
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+@st.composite
+def kafka_micros(draw) -> int | None:
+    pick = draw(st.integers(0, 9))
+    if pick == 0:
+        return None
+    if pick == 1:
+        return draw(st.integers(-(10**12), -1))  # negative, not always whole milliseconds
+    if pick < 5:
+        return draw(st.integers(1_600_000_000_000, 1_800_000_000_000)) * 1000
+    return draw(st.integers(0, 2**62))
+
+
+@st.composite
+def raw_batches(draw):
+    """A batch of raw records shaped as Spark's Kafka (or Kinesis) source hands it to the validation step."""
+    topic = draw(st.sampled_from(sorted(MODELS)))
+    records = draw(st.lists(any_record(topic), min_size=1, max_size=8))
+    n = len(records)
+    columns = {
+        "key": pa.array([k for k, _ in records], pa.binary()),
+        "value": pa.array([v for _, v in records], pa.binary()),
+        "topic": pa.array([draw(st.sampled_from(["user-events", "metrics"])) for _ in range(n)], pa.string()),
+        "partition": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int32()),
+        "offset": pa.array([draw(st.integers(0, 2**40)) for _ in range(n)], pa.int64()),
+        "timestamp": pa.array([draw(kafka_micros()) for _ in range(n)], TIMESTAMP),
+    }
+    if draw(st.booleans()):  # the Kinesis source's exact coordinate
+        columns["sequenceNumber"] = pa.array([str(draw(st.integers(0, 2**128))) for _ in range(n)], pa.string())
+    return topic, pa.RecordBatch.from_pydict(columns), draw(st.sampled_from([0, 60_000, 3_600_000]))

@@ -8,14 +8,13 @@ import os
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamstate_pipeline.contracts import ContractError, dead_letter_text, parse_input
 from streamstate_jobs.contracts_fast import fast_contract
 from streamstate_jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
 from streamstate_jobs.validation import validate_batch, validated_schema
-from tests.json_records import MODELS, any_record, same
+from tests.json_records import MODELS, TIMESTAMP, raw_batches, same
 
 EXAMPLES = int(os.environ.get("FAST_PATH_EXAMPLES", "300")) // 2
 BATCH = settings(
@@ -23,7 +22,6 @@ BATCH = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
-TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def expected_row(model, key, value, topic, partition, offset, micros, sequence_number, max_clock_skew_ms) -> dict:
@@ -41,36 +39,6 @@ def expected_row(model, key, value, topic, partition, offset, micros, sequence_n
     row.update(error=reason, error_stage=None if reason is None else stage)
     row.update(raw_key=None if reason is None else dead_letter_text(key), raw_value=None if reason is None else dead_letter_text(value))
     return row
-
-
-@st.composite
-def kafka_micros(draw) -> int | None:
-    pick = draw(st.integers(0, 9))
-    if pick == 0:
-        return None
-    if pick == 1:
-        return draw(st.integers(-(10**12), -1))  # negative, not always whole milliseconds
-    if pick < 5:
-        return draw(st.integers(1_600_000_000_000, 1_800_000_000_000)) * 1000
-    return draw(st.integers(0, 2**62))
-
-
-@st.composite
-def raw_batches(draw):
-    topic = draw(st.sampled_from(sorted(MODELS)))
-    records = draw(st.lists(any_record(topic), min_size=1, max_size=8))
-    n = len(records)
-    columns = {
-        "key": pa.array([k for k, _ in records], pa.binary()),
-        "value": pa.array([v for _, v in records], pa.binary()),
-        "topic": pa.array([draw(st.sampled_from(["user-events", "metrics"])) for _ in range(n)], pa.string()),
-        "partition": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int32()),
-        "offset": pa.array([draw(st.integers(0, 2**40)) for _ in range(n)], pa.int64()),
-        "timestamp": pa.array([draw(kafka_micros()) for _ in range(n)], TIMESTAMP),
-    }
-    if draw(st.booleans()):  # the Kinesis source's exact coordinate
-        columns["sequenceNumber"] = pa.array([str(draw(st.integers(0, 2**128))) for _ in range(n)], pa.string())
-    return topic, pa.RecordBatch.from_pydict(columns), draw(st.sampled_from([0, 60_000, 3_600_000]))
 
 
 @BATCH

@@ -31,7 +31,7 @@ from streamstate.state.packing import BLOB, BUCKET, LATEST, PACKED_WITH_LATEST_S
 from streamstate.state.placement import balanced_labels, key_buckets
 from streamstate.state.spec import StateSpec
 from tests.json_records import KEY_FIELD, MODELS
-from tests.unit.test_validation_batch import raw_batches
+from tests.json_records import raw_batches
 
 pytestmark = pytest.mark.spark
 

@@ -101,7 +101,7 @@ def test_a_task_computing_longer_than_its_transaction_timeout_commits_its_rows_o
 
     output = _output(short, BatchTransactions(f"test.{uuid.uuid4().hex}", 0, topic))
     groups, _ = _write_task(computed(), _plan(topic), output)
-    assert groups == {("alert", None, None, None): [20, 0]}
+    assert groups == {("alert", None, None): [20, 0]}
     assert _values(short.bootstrap_servers, topic) == sorted(payloads)
 
 
