@@ -27,6 +27,8 @@ from streamstate_api.record_contracts import Source, Summary, summarize_batch
 # (source, partition, offset, key, value) of one consumed record
 Row = tuple[Source, int, int, bytes | None, bytes | None]
 
+_VALUE_OF = {source: source.value for source in Source}  # an Enum's .value is a property call
+
 PARALLEL_FROM = 100_000
 IN_FLIGHT = 6
 
@@ -56,7 +58,8 @@ class Decoder:
     def submit(self, rows: list[Row]) -> None:
         if not rows:
             return
-        columns = ([r[0].value for r in rows], [r[3] for r in rows], [r[4] for r in rows])
+        value_of = _VALUE_OF
+        columns = ([value_of[r[0]] for r in rows], [r[3] for r in rows], [r[4] for r in rows])
         if self._pool is None:
             self._pending.append((rows, summarize_batch(*columns)))
         else:

@@ -74,6 +74,8 @@ class Tombstone:
     key: str
 
 
+_SOURCE_OF = {source.value: source for source in Source}  # Source(value) is a slow call, once per record
+
 Record = SessionRecord | SeriesRecord | AlertRecord | Tombstone
 
 _MODELS: dict[Source, tuple[type[BaseModel], str]] = {
@@ -225,7 +227,7 @@ def summarize_batch(sources: list[str], keys: list[bytes | None], values: list[b
     out: list[Summary | str] = []
     for source, key, value in zip(sources, keys, values):
         try:
-            out.append(summarize(Source(source), key, value))
+            out.append(summarize(_SOURCE_OF[source], key, value))
         except ContractError as exc:
             out.append(exc.reason)
     return out
