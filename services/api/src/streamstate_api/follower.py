@@ -415,7 +415,7 @@ class ViewFollower(threading.Thread):
         rows: list[Row] = []
         append = rows.append
         source_of = self._source_of
-        last: dict[tuple[str, int], int] = {}  # the highest offset consumed per partition
+        last: dict = {}  # the highest offset consumed per (topic, partition)
         for message in messages:
             error = message.error()
             if error is not None:
@@ -423,10 +423,10 @@ class ViewFollower(threading.Thread):
                 continue
             # A message without an error always has its coordinates (librdkafka's types say Optional).
             topic, partition, offset = message.topic(), message.partition(), message.offset()
-            append((source_of[topic], partition, offset, message.key(), message.value()))  # type: ignore[index]
+            append((source_of[topic], partition, offset, message.key(), message.value()))  # type: ignore[index, arg-type]
             key = (topic, partition)
-            if offset >= last.get(key, -1):  # type: ignore[operator]
-                last[key] = offset  # type: ignore[assignment]
+            if offset >= last.get(key, -1):
+                last[key] = offset
         known = self._known_ends
         for key, offset in last.items():
             if offset >= known.get(key, 0):

@@ -49,7 +49,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import cast
+from typing import Any, cast
 
 from sortedcontainers import SortedList
 
@@ -244,20 +244,21 @@ class StateView:
                         self._extremes.pop(series_id, None)
         return new_alerts
 
-    def _current(self, batch: list[Consumed]) -> tuple[dict[bytes, bytes | None], list[bytes | None]]:
+    def _current(self, batch: list[Consumed]) -> tuple[dict[bytes, bytes | None], list[Any]]:
         """The stored values the batch's snapshots are compared with (one multi-get), and each
         record's key as bytes (None for an alert or a record that failed to decode). Graves are
         read only when the store has any: a cold rebuild of a view without deletes skips half
         the reads. A grave made by this batch is in the dict all the same (:func:`_set`)."""
         wanted: dict[bytes, None] = {}
-        keys: list[bytes | None] = []
+        keys: list[Any] = []  # bytes, or None where no key is read
         graves = self._counters["graves"] > 0
         for source, _, _, record in batch:
             if record is None or source is _ALERTS:
                 keys.append(None)
                 continue
             kind = type(record)
-            key = key_bytes(record.user_id if kind is SessionRecord else record.series_id if kind is SeriesRecord else record.key)
+            # Exact types, no helper: once per record of a rebuild (a wrong kind fails as before).
+            key = key_bytes(record.user_id if kind is SessionRecord else record.series_id if kind is SeriesRecord else record.key)  # type: ignore[union-attr]
             keys.append(key)
             if source is _SESSIONS:
                 wanted[SESSION + key] = None
