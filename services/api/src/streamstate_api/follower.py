@@ -410,30 +410,38 @@ class ViewFollower(threading.Thread):
 
     # ------------------------------------------------------------------ steady state
     def _rows(self, messages: list[Message]) -> list[Row]:
-        """The consumed records as plain rows; end-of-partition and error events are handled here."""
+        """The consumed records as plain rows; end-of-partition and error events are handled here.
+        Once per record: no helper calls in the loop (a cold rebuild runs it millions of times)."""
         rows: list[Row] = []
+        append = rows.append
+        source_of = self._source_of
+        last: dict = {}  # the highest offset consumed per (topic, partition)
         for message in messages:
             error = message.error()
             if error is not None:
                 self._on_message_error(message, error)
                 continue
             # A message without an error always has its coordinates (librdkafka's types say Optional).
-            topic, partition, offset = cast(str, message.topic()), cast(int, message.partition()), cast(int, message.offset())
-            rows.append((self._source_of[topic], partition, offset, message.key(), message.value()))
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            append((source_of[topic], partition, offset, message.key(), message.value()))  # type: ignore[index, arg-type]
             key = (topic, partition)
-            if offset >= self._known_ends.get(key, 0):
-                self._known_ends[key] = offset + 1
+            if offset >= last.get(key, -1):
+                last[key] = offset
+        known = self._known_ends
+        for key, offset in last.items():
+            if offset >= known.get(key, 0):
+                known[key] = offset + 1
         return rows
 
     def _ingest(self, rows: list[Row], summaries: list) -> None:
         batch: list[Consumed] = []
+        append = batch.append
         for (source, partition, offset, _, value), summary in zip(rows, summaries):
-            if isinstance(summary, str):
+            if summary.__class__ is str:
                 self._bad_record(source, partition, offset, summary)
-                record = None
+                append((source, partition, offset, None))
             else:
-                record = build(source, summary, value)
-            batch.append((source, partition, offset, record))
+                append((source, partition, offset, build(source, summary, value)))
         if batch:
             self._set_broker(True, self._problem)
         try:

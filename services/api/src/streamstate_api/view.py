@@ -49,7 +49,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import cast
+from typing import Any, cast
 
 from sortedcontainers import SortedList
 
@@ -74,6 +74,7 @@ from streamstate_api.store import (
 
 # (source, partition, offset, record or None for a record that failed to decode)
 Consumed = tuple[Source, int, int, Record | None]
+_SESSIONS, _SERIES, _ALERTS = Source.SESSIONS, Source.SERIES, Source.ALERTS  # an Enum member lookup is a call
 _SESSION_BODY = SESSION_HEAD.size
 _SERIES_BODY = SERIES_HEAD.size
 
@@ -204,7 +205,7 @@ class StateView:
             # Nothing in memory changes before the store write (a record that cannot be encoded
             # fails its batch whole, and the follower applies it again record by record).
             self._batch_stale = 0
-            current = self._current(batch)
+            current, keys = self._current(batch)
             puts: dict[bytes, bytes | None] = {}
             counters = dict(self._counters)
             positions = {source: dict(parts) for source, parts in self._positions.items()}
@@ -212,14 +213,20 @@ class StateView:
             alerts: list[Record] = []
             z_changes: dict[str, float | None] = {}
             self._now_ms = self._clock_ms()  # a grave made by this batch is stamped with it
-            for source, partition, offset, record in batch:
+            ends: dict[tuple[Source, int], int] = {}  # the highest offset of the batch per partition
+            apply_session, apply_series = self._apply_session, self._apply_series
+            for (source, partition, offset, record), key in zip(batch, keys):
                 if record is not None:
-                    if source is Source.SESSIONS:
-                        self._apply_session(record, current, puts, counters)
-                    elif source is Source.SERIES:
-                        self._apply_series(record, current, puts, counters, z_changes)
+                    if source is _SESSIONS:
+                        apply_session(record, key, current, puts, counters)
+                    elif source is _SERIES:
+                        apply_series(record, key, current, puts, counters, z_changes)
                     else:
                         alerts.append(record)
+                if offset >= ends.get((source, partition), -1):
+                    ends[(source, partition)] = offset
+            # The position after a batch: past its highest offset, never behind where it was.
+            for (source, partition), offset in ends.items():
                 next_offset = max(positions[source].get(partition, 0), offset + 1)
                 positions[source][partition] = next_offset
                 changed[(source.value, partition)] = next_offset
@@ -237,26 +244,32 @@ class StateView:
                         self._extremes.pop(series_id, None)
         return new_alerts
 
-    def _current(self, batch: list[Consumed]) -> dict[bytes, bytes | None]:
-        """The stored values the batch's snapshots are compared with (one multi-get). Graves are
+    def _current(self, batch: list[Consumed]) -> tuple[dict[bytes, bytes | None], list[Any]]:
+        """The stored values the batch's snapshots are compared with (one multi-get), and each
+        record's key as bytes (None for an alert or a record that failed to decode). Graves are
         read only when the store has any: a cold rebuild of a view without deletes skips half
         the reads. A grave made by this batch is in the dict all the same (:func:`_set`)."""
-        keys: dict[bytes, None] = {}
+        wanted: dict[bytes, None] = {}
+        keys: list[Any] = []  # bytes, or None where no key is read
         graves = self._counters["graves"] > 0
         for source, _, _, record in batch:
-            if record is None or source is Source.ALERTS:
+            if record is None or source is _ALERTS:
+                keys.append(None)
                 continue
-            key = key_bytes(record.key if isinstance(record, Tombstone) else _record_key(record))
-            if source is Source.SESSIONS:
-                keys[SESSION + key] = None
+            kind = type(record)
+            # Exact types, no helper: once per record of a rebuild (a wrong kind fails as before).
+            key = key_bytes(record.user_id if kind is SessionRecord else record.series_id if kind is SeriesRecord else record.key)  # type: ignore[union-attr]
+            keys.append(key)
+            if source is _SESSIONS:
+                wanted[SESSION + key] = None
                 if graves:
-                    keys[SESSION_GRAVE + key] = None
+                    wanted[SESSION_GRAVE + key] = None
             else:
-                keys[SERIES + key] = None
+                wanted[SERIES + key] = None
                 if graves:
-                    keys[SERIES_GRAVE + key] = None
-        names = list(keys)
-        return dict(zip(names, self._store.get_many(names)))
+                    wanted[SERIES_GRAVE + key] = None
+        names = list(wanted)
+        return dict(zip(names, self._store.get_many(names))), keys
 
     def _wins(self, ts: int, stored: bytes | None, grave: bytes | None) -> bool:
         if stored is not None:
@@ -267,9 +280,9 @@ class StateView:
             self._batch_stale += 1
         return newer
 
-    def _apply_session(self, record: Record, current: dict, puts: dict, counters: dict[str, int]) -> None:
-        if isinstance(record, Tombstone):
-            key = key_bytes(record.key)
+    def _apply_session(self, record: Record, key: bytes, current: dict, puts: dict, counters: dict[str, int]) -> None:
+        if type(record) is not SessionRecord:
+            assert isinstance(record, Tombstone)
             stored = current[SESSION + key]
             if stored is None:
                 return
@@ -283,8 +296,6 @@ class StateView:
                 puts[ACTIVE + key] = None
                 counters["active_sessions"] -= 1
             return
-        assert isinstance(record, SessionRecord)
-        key = key_bytes(record.user_id)
         stored, grave = current[SESSION + key], current.get(SESSION_GRAVE + key)
         if not self._wins(record.ts, stored, grave):
             return
@@ -302,10 +313,10 @@ class StateView:
             counters["active_sessions"] += 1 if record.active else -1
 
     def _apply_series(
-        self, record: Record, current: dict, puts: dict, counters: dict[str, int], z_changes: dict[str, float | None]
+        self, record: Record, key: bytes, current: dict, puts: dict, counters: dict[str, int], z_changes: dict[str, float | None]
     ) -> None:
-        if isinstance(record, Tombstone):
-            key = key_bytes(record.key)
+        if type(record) is not SeriesRecord:
+            assert isinstance(record, Tombstone)
             stored = current[SERIES + key]
             if stored is not None:
                 z_changes[record.key] = None
@@ -315,8 +326,6 @@ class StateView:
                 _set(current, puts, SERIES_GRAVE + key, GRAVE.pack(TS.unpack_from(stored)[0], self._now_ms))
                 counters["series"] -= 1
             return
-        assert isinstance(record, SeriesRecord)
-        key = key_bytes(record.series_id)
         stored, grave = current[SERIES + key], current.get(SERIES_GRAVE + key)
         if not self._wins(record.ts, stored, grave):
             return
@@ -485,13 +494,6 @@ class StateView:
         if count is None:
             count = len(extremes)
         return heapq.nlargest(count, extremes, key=lambda item: abs(item[1]))
-
-
-def _record_key(record: Record) -> str:
-    if isinstance(record, SessionRecord):
-        return record.user_id
-    assert isinstance(record, SeriesRecord)
-    return record.series_id
 
 
 def _set(current: dict, puts: dict, key: bytes, value: bytes | None) -> None:
