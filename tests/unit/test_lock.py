@@ -210,14 +210,14 @@ def test_each_image_selection_is_complete_and_leaves_out_what_its_member_does_no
 
 
 def test_make_setup_selection_is_complete(capsys):
-    argv = ["--all-members", "--group", "test"]
+    argv = ["--all-members", "--group", "test", "--group", "docs"]
     assert argv == shlex.split(re.search(r"locked_requirements\.py ([^>]*?) >", (REPO_ROOT / "Makefile").read_text().split("[2/3]")[1])[1])
     _assert_complete(_selection(argv, capsys), argv)
 
 
 def test_the_makefile_installs_from_the_lock_with_hashes():
     makefile = (REPO_ROOT / "Makefile").read_text()
-    assert "locked_requirements.py --all-members --group test >" in makefile
+    assert "locked_requirements.py --all-members --group test --group docs >" in makefile
     assert makefile.count("--require-hashes") >= 2
     assert "pip install --no-deps --no-build-isolation $(addprefix -e ,$(MEMBERS))" in makefile
     members = re.search(r"^MEMBERS\s*:=(.*)$", makefile, re.M)
