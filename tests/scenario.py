@@ -243,7 +243,8 @@ def differences(expected: PipelineOutputs, got: Outputs) -> list[str]:
         changed = sorted((k for k in set(want) & set(have) if want[k] != have[k]), key=str)
         if missing or extra or changed:
             problems.append(
-                f"{name}: {len(missing)} missing {missing[:3]}, {len(extra)} unexpected {extra[:3]}, "
+                # An unexpected record is shown whole (a dead letter's reason and stage say why it is one).
+                f"{name}: {len(missing)} missing {missing[:3]}, {len(extra)} unexpected {[(k, have[k]) for k in extra[:3]]}, "
                 f"{len(changed)} different {[(k, want[k], have[k]) for k in changed[:1]]}"
             )
     return problems
