@@ -430,6 +430,7 @@ class PhaseRecorder:
         elapsed_s = started - self.started
         logged = parse_events(self.log.lines_from(self.mark), query_id, self.validation.by_stage())
         result = breakdown([b for b in logged if window_ms[0] <= b.started_ms < window_ms[1]], self.validation.timed)
+        result["validation_timed"] = self.validation.timed
         cpu = event_log_cpu_ms(self.spark)
         cpu_ms = None if cpu is None or self.cpu_before is None else cpu - self.cpu_before
         per_batch = max(1, len(logged))

@@ -87,11 +87,12 @@ def _phases(latency: dict[str, Any]) -> str:
 
 
 def _batch_with_phases(latency: dict[str, Any]) -> str | None:
-    """The median batch and, where measured, its phases: "520 ms: driver 88 · source 150 ... ms"."""
-    batch, phases = _median_batch(latency), _phases(latency)
-    if batch is None:
-        return None
-    return f"{batch}: {phases}" if phases else batch
+    """The median batch and, where measured, its phases, both over the measured periods'
+    batches: "520 ms: driver 88 · source 150 ... ms" (else the median of the last batches)."""
+    medians = latency.get("phases", {}).get("medians_ms", {})
+    if "triggerExecution" in medians:
+        return f"{medians['triggerExecution']:,.0f} ms: {phases_line(medians)}"
+    return _median_batch(latency)
 
 
 def _latency_floor_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:

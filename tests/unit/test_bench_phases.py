@@ -173,12 +173,17 @@ def test_the_task_timer_sums_per_stage():
 def test_the_report_shows_the_phases_of_the_job_and_its_floors():
     medians = {"driver": 88.0, "source": 150.0, "validation": 20.0, "state": 190.0, "write": 60.0, "commit": 12.0,
                "triggerExecution": 520}
-    latency = {"median_p50_ms": 800.0, "median_p99_ms": 1200.0, "batch_phase_medians_ms": {"triggerExecution": 520},
+    latency = {"median_p50_ms": 800.0, "median_p99_ms": 1200.0, "batch_phase_medians_ms": {"triggerExecution": 480},
                "phases": {"batches": 40, "medians_ms": medians}}
-    figure = {**latency, "floors": {"spark": {**latency, "phases": {"batches": 41, "medians_ms": {"driver": 50.0}}}}}
+    figure = {**latency, "floors": {"spark": {**latency, "phases": {"batches": 41, "medians_ms": {"driver": 50.0, "triggerExecution": 300}}},
+                                    "machinery": {**latency, "phases": {"error": "no event log"}}}}
     rows = _latency_floor_rows(figure)
+    # The median batch of the same batches as the phases, not of the last ones (480 ms).
     assert rows[0][1] == "520 ms: driver 88 · source 150 · validation 20 · state 190 · write 60 · commit 12 ms"
-    assert "driver 50 ms" in rows[1][1]
+    assert rows[0][3] == "medians over the measured periods' 40 batches; each batch's phases add up to it (notes)"
+    assert rows[1][1] == "800 / 1,200 ms, batch 300 ms: driver 50 ms"
+    # A measurement without phases keeps its median batch alone.
+    assert rows[2][1] == "800 / 1,200 ms, batch 480 ms"
     assert _phases({"median_p50_ms": 1.0}) == ""
 
 
