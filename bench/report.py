@@ -158,7 +158,8 @@ def _file_manager_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
          f"{_median_p50_p99(ours)}, checkpoint writes {_checkpoint_writes_ms(ours):,.0f} ms a batch",
          "", "spark-jobs/jvm/'s SinglePutCheckpointFileManager (the production path above)"),
         ("... with Spark's checkpoint file manager",
-         f"{_median_p50_p99(theirs)}, checkpoint writes {_checkpoint_writes_ms(theirs):,.0f} ms a batch",
+         f"{_median_p50_p99(theirs)}, checkpoint writes {_checkpoint_writes_ms(theirs):,.0f} ms a batch"
+         + (f"; batch {_batch_with_phases(theirs)}" if _phases(theirs) else ""),
          "", "each file written to a temporary object and copied into place; same run, same input"),
     ]
 

@@ -19,7 +19,7 @@ from bench.phases import (
     stage_kind,
     timed_in_task,
 )
-from bench.report import _latency_floor_rows, _phases
+from bench.report import _latency_floor_rows, _phases, _production_rows, _transaction_rows
 
 QUERY = "453aad0b-f203-4789-b64b-306539f53db8"
 STARTED = "2026-11-28T06:05:37.765Z"
@@ -190,3 +190,28 @@ def test_the_report_shows_the_phases_of_the_job_and_its_floors():
 @pytest.mark.parametrize("error", [{"error": "the SparkSession writes no event log"}, {"batches": 0, "medians_ms": {}, "per_batch": []}])
 def test_a_latency_without_phases_shows_none(error):
     assert _phases({"phases": error}) == ""
+
+
+def test_the_production_rows_show_the_phases_of_both_checkpoint_managers():
+    def latency(commit: float) -> dict:
+        medians = {"driver": 300.0, "commit": commit, "triggerExecution": 900}
+        return {"median_p50_ms": 1000.0, "median_p99_ms": 1500.0,
+                "batch_phase_medians_ms": {"walCommit": 5, "commitOffsets": 3, "commitTimeMs": 40, "triggerExecution": 880},
+                "phases": {"batches": 12, "medians_ms": medians}}
+
+    figures = {"production": {"latency": latency(150.0), "latency_spark_file_manager": latency(310.0)}}
+    rows = {row[0]: row[1] for row in _production_rows(figures, "latency")}
+    assert rows["Event-to-alert latency, production path: the median batch, by phase"] == "900 ms: driver 300 · commit 150 ms"
+    assert rows["... with Spark's checkpoint file manager"].endswith("; batch 900 ms: driver 300 · commit 310 ms")
+
+
+def test_the_transactions_rows_show_the_phases_with_and_without():
+    def latency(write: float) -> dict:
+        return {"median_p50_ms": 900.0, "median_p99_ms": 1400.0,
+                "phases": {"batches": 30, "medians_ms": {"write": write, "triggerExecution": 700}}}
+
+    figure = {"sessions_job": {"on": {"median_rows_per_s": 90.0}, "off": {"median_rows_per_s": 100.0}},
+              "ratio_throughput_on_vs_off": 0.9, "latency": {"on": latency(106.0), "off": latency(84.0)}}
+    rows = {row[0]: row[1] for row in _transaction_rows(figure)}
+    assert rows["... transactions on: the median batch, by phase"] == "700 ms: write 106 ms"
+    assert rows["... transactions off: the median batch, by phase"] == "700 ms: write 84 ms"
