@@ -13,7 +13,9 @@ holds what arrived while the one before it ran, and a slower batch makes the nex
 gave 4.9 s.) The lead-in is a minute because the job keeps getting faster for about that long
 under load: ten-second periods of one query went from p50 1.5 s / p99 2.2 s to 1.0 / 1.4 s
 over its first 70 s (docs/profile.md); the lead-in's own p50/p99 are reported with the figure.
-p50/p99 are per period, and their medians are the figure.
+p50/p99 are per period, and their medians are the figure. Each batch of the measured periods is
+split into phases (driver, source, validation, state, write, commit: :mod:`bench.phases`), whose
+medians come with the figure.
 """
 
 from __future__ import annotations
