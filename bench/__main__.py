@@ -98,6 +98,17 @@ NOTES = [
     "as every other row, plus s3a:// checkpoints in a native MinIO: the same fixed-seed datasets, produced to a broker "
     "of the same build started for the figure, in the same SparkSession; one discarded warm-up run each. Their ratio "
     "to the embedded rows (checkpoints on the local disk) is the cost of the checkpoint store.",
+    "Latency phases (bench/phases.py): each batch of the measured periods is split into driver (its time outside "
+    "Spark's stages: planning, offsets, the foreachBatch callback, scheduling), source (the stage that reads Kafka, "
+    "with its Arrow exchange and shuffle write), validation (contract validation, layout and packing, timed inside "
+    "that stage's Python function; none in Spark's floor), state (the stateful operator's allUpdatesTimeMs and "
+    "allRemovalsTimeMs), write (the rest of the stateful stage: the Kafka write runs in the same tasks as the "
+    "operator, its transaction's commit included, with the shuffle read) and commit (the offset and commit logs, "
+    "and the state store's commitTimeMs). Steps that share a stage's tasks are not timed apart by Spark: a stage's "
+    "wall time is split by each step's share of its summed task time, so a batch's phases add up to its "
+    "triggerExecution; each phase's figure is its median over the batches, and the medians need not add up. "
+    "The stage and task times come from Spark's event log, written to a scratch file; results.json keeps every "
+    "batch's phases and the log's cost (listener time and size per batch).",
 ]
 
 
@@ -295,6 +306,7 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
     from bench import anomalies_throughput, latency, production, sessions_throughput, transactions_cost, windows_throughput
     from bench.dataset import produce_metrics, produce_user_events
     from bench.measure import connector_description
+    from bench.phases import event_log_conf
     from streamstate_jobs.spark import build_spark
     from streamstate_pipeline.settings import Settings
     from streamstate_stack.launcher import EmbeddedStack
@@ -319,7 +331,10 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
         run.figure("ceiling", lambda: ceiling(bootstrap, events, args.runs))
         # Python workers connect back to the JVM within a timeout (15 s by default) that a machine
         # loaded by other engineers' Spark runs exceeded; a slow start must not fail a figure.
-        spark = build_spark(settings, "bench", spark__ui__enabled="false", spark__python__authenticate__socketTimeout="120s") if needs_spark else None
+        # The event log (a scratch file under workdir) gives each latency batch's stage and task
+        # times, for its phases (bench.phases).
+        spark = build_spark(settings, "bench", spark__ui__enabled="false", spark__python__authenticate__socketTimeout="120s",
+                            **event_log_conf(workdir / "event-log")) if needs_spark else None
         try:
             if spark is not None:
                 run.doc["setup"]["kafka_connector"] = connector_description(spark)

@@ -13,7 +13,9 @@ holds what arrived while the one before it ran, and a slower batch makes the nex
 gave 4.9 s.) The lead-in is a minute because the job keeps getting faster for about that long
 under load: ten-second periods of one query went from p50 1.5 s / p99 2.2 s to 1.0 / 1.4 s
 over its first 70 s (docs/profile.md); the lead-in's own p50/p99 are reported with the figure.
-p50/p99 are per period, and their medians are the figure.
+p50/p99 are per period, and their medians are the figure. Each batch of the measured periods is
+split into phases (driver, source, validation, state, write, commit: :mod:`bench.phases`), whose
+medians come with the figure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bench.api_latency import percentiles
 from bench.measure import bounded_input_topic, fresh_outputs
+from bench.phases import PhaseRecorder, phases_line
 from streamstate_jobs.anomalies import job as anomalies_job
 from streamstate_jobs.runner import start_query
 from streamstate_pipeline.kafka_clients import KafkaConnection, reader_config, watermarks
@@ -145,7 +148,9 @@ def measure(
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()
     start = start or start_anomalies_job
-    query = start(spark, run_settings, checkpoint or str(workdir / "latency"))
+    recorder = PhaseRecorder(spark)  # where each batch's time goes (bench.phases)
+    with recorder.validation.installed():
+        query = start(spark, run_settings, checkpoint or str(workdir / "latency"))
     periods = []
     try:
         print(f"  latency warm-up: {seconds:.0f}s at {rate:,}/s, then caught up (discarded)", flush=True)
@@ -186,6 +191,10 @@ def measure(
         query.stop()
         clock.stopping.set()
         clock.join(10)
+    measured_window = (started_ms + int(lead_in_s * 1000), started_ms + int((lead_in_s + runs * seconds) * 1000))
+    phases = recorder.result(query.id, measured_window)
+    if "medians_ms" in phases:
+        print(f"  latency phases (medians of {phases['batches']} batches): {phases_line(phases['medians_ms'])}", flush=True)
     measured = [p for p in periods if "p50_ms" in p]
     if not measured:
         raise RuntimeError("no anomaly alerts arrived in any measured period")
@@ -204,6 +213,7 @@ def measure(
         "recent_batch_ms": batch_ms,
         "recent_batches": batch_phases,
         "batch_phase_medians_ms": phase_medians(batch_phases),
+        "phases": phases,
     }
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.phases import phases_line
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
@@ -61,6 +62,10 @@ FLOOR_LABELS = {
 }
 
 
+# The phases' medians are each over the measured periods' batches: they need not add up to the median batch.
+PHASES_SETUP = "medians over the measured periods' {batches} batches; each batch's phases add up to it (notes)"
+
+
 def _p50_p99(p50_ms: float, p99_ms: float) -> str:
     return f"{p50_ms:,.0f} / {p99_ms:,.0f} ms"
 
@@ -76,16 +81,31 @@ def _median_batch(latency: dict[str, Any]) -> str | None:
     return f"{phases['triggerExecution']:,.0f} ms" if "triggerExecution" in phases else None
 
 
+def _phases(latency: dict[str, Any]) -> str:
+    """The medians of a latency measurement's batch phases (``bench.phases``), "" when it has none."""
+    return phases_line(latency.get("phases", {}).get("medians_ms", {}))
+
+
+def _batch_with_phases(latency: dict[str, Any]) -> str | None:
+    """The median batch and, where measured, its phases, both over the measured periods'
+    batches: "520 ms: driver 88 · source 150 ... ms" (else the median of the last batches)."""
+    medians = latency.get("phases", {}).get("medians_ms", {})
+    if "triggerExecution" in medians:
+        return f"{medians['triggerExecution']:,.0f} ms: {phases_line(medians)}"
+    return _median_batch(latency)
+
+
 def _latency_floor_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """The latency's floors measured after it in the same run (``bench.latency_floor``), each
-    as p50 / p99 and its median batch."""
+    as p50 / p99 and its median batch with its phases."""
     rows = []
-    batch = _median_batch(f)
+    batch = _batch_with_phases(f)
     if batch is not None:
-        rows.append(("Event-to-alert latency: the job's median batch", batch, "", ""))
+        setup = PHASES_SETUP.format(batches=f["phases"]["batches"]) if _phases(f) else ""
+        rows.append(("Event-to-alert latency: the job's median batch" + (", by phase" if _phases(f) else ""), batch, "", setup))
     for name, floor in f.get("floors", {}).items():
         label, setup = FLOOR_LABELS[name]
-        batch = _median_batch(floor)
+        batch = _batch_with_phases(floor)
         result = _median_p50_p99(floor) + ("" if batch is None else f", batch {batch}")
         rows.append((f"{label}, p50 / p99", result, "", setup))
     return rows
@@ -103,7 +123,7 @@ def _production_rows(figures: dict[str, Any], kind: str) -> list[tuple[str, str,
             ("Event-to-alert latency p50, production path", f"{lat['median_p50_ms']:,.0f} ms", _goal(lat["median_p50_ms"] < 1000, "< 1 s"),
              PRODUCTION_SETUP),
             ("Event-to-alert latency p99, production path", f"{lat['median_p99_ms']:,.0f} ms", _goal(lat["median_p99_ms"] < 2000, "< 2 s"), ""),
-        ] + _file_manager_rows(f)
+        ] + _phase_rows("Event-to-alert latency, production path: the median batch, by phase", lat) + _file_manager_rows(f)
     job = f[f"{kind}_job"]
     label = {"sessions": "Sessions job (events/s), production path", "anomalies": "Anomalies job (points/s), production path"}[kind]
     rows = [_engine(label, job, PRODUCTION_SETUP)]
@@ -120,6 +140,13 @@ def _checkpoint_writes_ms(latency: dict[str, Any]) -> float:
     return phases["walCommit"] + phases["commitOffsets"] + phases["commitTimeMs"]
 
 
+def _phase_rows(label: str, latency: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """A latency measurement's median batch with its phases, as a row of its own (none before phases were kept)."""
+    if not _phases(latency):
+        return []
+    return [(label, _batch_with_phases(latency) or "", "", PHASES_SETUP.format(batches=latency["phases"]["batches"]))]
+
+
 def _file_manager_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """The production path's latency with spark-jobs/jvm/'s checkpoint file manager and with Spark's, side by side."""
     theirs = f.get("latency_spark_file_manager")
@@ -131,7 +158,8 @@ def _file_manager_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
          f"{_median_p50_p99(ours)}, checkpoint writes {_checkpoint_writes_ms(ours):,.0f} ms a batch",
          "", "spark-jobs/jvm/'s SinglePutCheckpointFileManager (the production path above)"),
         ("... with Spark's checkpoint file manager",
-         f"{_median_p50_p99(theirs)}, checkpoint writes {_checkpoint_writes_ms(theirs):,.0f} ms a batch",
+         f"{_median_p50_p99(theirs)}, checkpoint writes {_checkpoint_writes_ms(theirs):,.0f} ms a batch"
+         + (f"; batch {_batch_with_phases(theirs)}" if _phases(theirs) else ""),
          "", "each file written to a temporary object and copied into place; same run, same input"),
     ]
 
@@ -238,7 +266,7 @@ def _transaction_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
          "same dataset, runs alternating between the modes"),
         ("Event-to-alert p50 / p99, transactions on vs off",
          f"{_median_p50_p99(lat_on)} vs {_median_p50_p99(lat_off)}", "", "a read_committed consumer times the alerts in both"),
-    ]
+    ] + _phase_rows("... transactions on: the median batch, by phase", lat_on) + _phase_rows("... transactions off: the median batch, by phase", lat_off)
 
 
 def _api_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
