@@ -319,15 +319,15 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     writer = _task_writer(rows.sparkSession, settings, plan, transactions)
     selected = rows.select("kind", "key", "payload")
     context = rows.sparkSession.sparkContext
-    # pinned threads (PySpark's default): the property is this thread's, so this batch's job's
-    context.setLocalProperty(BATCH_ID_PROPERTY, None if transactions is None else str(transactions.batch_id))
+    if transactions is not None:  # pinned threads (PySpark's default): this thread's property, this batch's job's
+        context.setLocalProperty(BATCH_ID_PROPERTY, str(transactions.batch_id))
     try:
         column = writer(*(selected[name] for name in ("kind", "key", "payload")))
         # DataFrame.mapInArrow with an existing UDF (mapInArrow itself wraps, pickles and
         # ships the function anew at every call)
         collected = DataFrame(selected._jdf.mapInArrow(column._jc, False, None), selected.sparkSession).collect()
     finally:
-        context.setLocalProperty(BATCH_ID_PROPERTY, None)
+        context.setLocalProperty(BATCH_ID_PROPERTY, None)  # type: ignore[arg-type]  # None removes it (Spark's API)
     summary = BatchSummary()
     merged: dict[Group, dict[str, Any]] = {}  # the tasks' rows of one group as one
     for row in collected:
