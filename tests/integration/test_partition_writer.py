@@ -138,6 +138,33 @@ def test_a_replayed_batch_writes_nothing_it_had_committed(spark, settings, boots
     assert json.dumps({"n": "older"}) not in _values(bootstrap, alerts)
 
 
+def test_a_query_s_batches_ship_the_writer_s_function_once(spark, settings, bootstrap, new_topic, monkeypatch):
+    # A new mapInArrow function per batch cost each batch's driver a cloudpickle of it and a
+    # new Python function in the JVM; the tasks get each batch's id from a local property.
+    from pyspark.sql.udf import UserDefinedFunction
+
+    alerts, states = new_topic(partitions=1), new_topic(partitions=2)
+    plan, prefix = plan_for(alerts, states), f"test.{uuid.uuid4().hex}"
+    shipped: list[object] = []
+    create = UserDefinedFunction._create_judf
+    monkeypatch.setattr(UserDefinedFunction, "_create_judf", lambda self, func: shipped.append(func) or create(self, func))
+
+    for batch_id in (0, 1, 2):
+        rows = spark.createDataFrame([("alert", f"a{batch_id}", json.dumps({"batch": batch_id}))], SCHEMA)
+        write_partitions(rows, settings, plan, BatchTransactions(prefix, batch_id, alerts))
+    write_partitions(spark.createDataFrame([("alert", "again", "{}")], SCHEMA), settings, plan,
+                     BatchTransactions(prefix, 1, alerts))  # batch 1 replayed: committed before, so nothing again
+
+    assert len(shipped) == 1
+    assert _values(bootstrap, alerts) == [json.dumps({"batch": b}) for b in (0, 1, 2)]
+
+
+def test_a_task_without_the_batch_id_property_writes_nothing():
+    from streamstate_jobs.kafka.partition_writer import _task_batch_id
+
+    with pytest.raises(OutputNotDelivered, match="no local property streamstate.output.batchId"):
+        _task_batch_id()
+
 def test_a_task_that_fails_mid_transaction_leaves_nothing_a_read_committed_consumer_sees(spark, settings, bootstrap, new_topic):
     alerts, states = new_topic(partitions=1), new_topic(partitions=1)
     plan = plan_for(alerts, states)

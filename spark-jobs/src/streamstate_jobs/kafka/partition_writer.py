@@ -312,17 +312,22 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     tasks, and return the batch's summary. Rows of kind ``count`` are counted, not written.
 
     With ``transactions`` each task writes its rows in one Kafka transaction and a task of a
-    batch that had committed writes nothing again (its rows are still counted in the summary)."""
-    tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
-    config = producer_config(settings.kafka, **{key.replace(".", "__"): value for key, value in tuning.items()})
-    group_config = settings.kafka.client_config()
-    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds, plan.count_as)  # a plain dict pickles
+    batch that had committed writes nothing again (its rows are still counted in the summary).
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        output = _Output(config) if transactions is None else _TransactionalOutput(config, group_config, transactions)
-        yield from _summary_batches(_write_task(batches, plan, output))
-
-    collected = rows.select("kind", "key", "payload").mapInArrow(write, SUMMARY_SCHEMA).collect()
+    The tasks' function is built once per query (:func:`_task_writer`): the batch id reaches
+    the tasks as the local property :data:`BATCH_ID_PROPERTY`, set around this batch's job."""
+    writer = _task_writer(rows.sparkSession, settings, plan, transactions)
+    selected = rows.select("kind", "key", "payload")
+    context = rows.sparkSession.sparkContext
+    if transactions is not None:  # pinned threads (PySpark's default): this thread's property, this batch's job's
+        context.setLocalProperty(BATCH_ID_PROPERTY, str(transactions.batch_id))
+    try:
+        column = writer(*(selected[name] for name in ("kind", "key", "payload")))
+        # DataFrame.mapInArrow with an existing UDF (mapInArrow itself wraps, pickles and
+        # ships the function anew at every call)
+        collected = DataFrame(selected._jdf.mapInArrow(column._jc, False, None), selected.sparkSession).collect()
+    finally:
+        context.setLocalProperty(BATCH_ID_PROPERTY, None)  # type: ignore[arg-type]  # None removes it (Spark's API)
     summary = BatchSummary()
     merged: dict[Group, dict[str, Any]] = {}  # the tasks' rows of one group as one
     for row in collected:
@@ -339,6 +344,59 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     summary.rows = list(merged.values())
     return summary
 
+
+
+# The driver's local property that hands the tasks of a batch's write its batch id.
+BATCH_ID_PROPERTY = "streamstate.output.batchId"
+# The tasks' functions of the queries of this driver process, newest last; a few: one per
+# query and output configuration (the tests start many queries in one process).
+_task_writers: dict[tuple[Any, ...], Callable[..., Any]] = {}
+TASK_WRITERS_KEPT = 16
+
+
+def _task_writer(spark, settings: Settings, plan: OutputPlan, transactions: BatchTransactions | None):
+    """The ``mapInArrow`` UDF writing a batch's rows, one per query and output configuration.
+
+    Built anew for every batch it cost each batch's driver 15-20 ms (cloudpickle of the
+    function and its closure, a new Python function object in the JVM) and each task the
+    unpickling of a new command (docs/profile.md). The batch id is what differs between a
+    query's batches, so the tasks read it from :data:`BATCH_ID_PROPERTY`."""
+    from pyspark.sql.functions import pandas_udf
+    from pyspark.util import PythonEvalType
+
+    tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
+    config = producer_config(settings.kafka, **{key.replace(".", "__"): value for key, value in tuning.items()})
+    group_config = settings.kafka.client_config()
+    prefix, marker = (transactions.prefix, transactions.marker) if transactions is not None else (None, None)
+    key = (spark.sparkContext.applicationId, _identity(config), _identity(group_config), plan.job, tuple(sorted(plan.topics.items())),
+           plan.counters, plan.read_kinds, plan.count_as, prefix, marker)
+    writer = _task_writers.get(key)
+    if writer is not None:
+        return writer
+    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds, plan.count_as)  # a plain dict pickles
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if prefix is None or marker is None:
+            output = _Output(config)
+        else:
+            output = _TransactionalOutput(config, group_config, BatchTransactions(prefix, _task_batch_id(), marker))
+        yield from _summary_batches(_write_task(batches, plan, output))
+
+    writer = pandas_udf(write, returnType=SUMMARY_SCHEMA, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)  # type: ignore[call-overload]
+    while len(_task_writers) >= TASK_WRITERS_KEPT:
+        _task_writers.pop(next(iter(_task_writers)))
+    _task_writers[key] = writer
+    return writer
+
+
+def _task_batch_id() -> int:
+    """The batch a task writes, from the driver's :data:`BATCH_ID_PROPERTY` (:func:`write_partitions`)."""
+    context = TaskContext.get()
+    value = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    if value is None:
+        # Never guessed: a wrong batch id would skip a batch's rows or write them twice.
+        raise OutputNotDelivered(f"the task has no local property {BATCH_ID_PROPERTY}: the driver sets it around a batch's write")
+    return int(value)
 
 
 def transaction_timeouts(settings: Settings) -> dict[str, int]:
