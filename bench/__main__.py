@@ -15,7 +15,7 @@ topics per run. Figures:
    minimum Python stateful query (``bench.latency_floor``);
 5. state scale: batch time with many vs few keys in state, same batch (``bench.state_scale``);
 6. API, for 1,000,000 and 10,000,000 users: RSS, cold rebuild, restart to ready with the
-   store present, p50/p99 at 1,000 and 2,500 requests/s from a second process (``bench.api_latency``);
+   store present, p50/p99 at 1,000, 2,500 and 5,000 requests/s from a second process (``bench.api_latency``);
 7. production: figures 2-4's jobs under the production profile, next to the embedded rows:
    the same Apache Kafka and connector, with s3a:// checkpoints in MinIO instead of the
    local disk (``bench.production``);
@@ -123,7 +123,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="seconds of load per latency run")
     parser.add_argument("--latency-lead-in", type=float,
                         help="seconds of load before the latency runs (default {:.0f}, --quick {:.0f})".format(*LATENCY_LEAD_IN_S))
-    parser.add_argument("--api-rates", default="1000,2500", help="comma-separated requests/s of the API figure")
+    parser.add_argument("--api-rates", default="1000,2500,5000", help="comma-separated requests/s of the API figure")
     parser.add_argument("--api-seconds", type=float, default=10.0, help="seconds of load per API run")
     parser.add_argument("--out", type=Path, default=HERE / "results.json", help="JSON results (the .md goes next to it)")
     args = parser.parse_args(argv)

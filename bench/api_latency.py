@@ -1,7 +1,7 @@
 """The snapshot API at scale: cold rebuild, restart with the store present, RSS, and latency
 at fixed request rates, for each view size.
 
-    .venv/bin/python bench/api_latency.py [--sizes 1000000,10000000] [--rates 1000,2500] [--duration S] [--runs N] [--out PATH]
+    .venv/bin/python bench/api_latency.py [--sizes 1000000,10000000] [--rates 1000,2500,5000] [--duration S] [--runs N] [--out PATH]
 
 For each size, end to end through the real parts, on a fresh Apache Kafka broker (KRaft):
 1. publishes N session snapshots to ``session-state`` (half with an open session) and a
@@ -353,7 +353,7 @@ def drive_once(args: argparse.Namespace, url: str, api_pid: int, index: int, rat
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000", help="comma-separated view sizes (sessions), each on a fresh broker")
-    parser.add_argument("--rates", default="1000,2500", help="comma-separated request rates per second")
+    parser.add_argument("--rates", default="1000,2500,5000", help="comma-separated request rates per second")
     parser.add_argument("--sessions", type=int, default=1_000_000, help=argparse.SUPPRESS)  # the driver's user range
     parser.add_argument("--rate", type=float, default=1000.0, help=argparse.SUPPRESS)  # the driver's rate
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streamstate_api.record_contracts import MIRRORS, Source, _fast_summary, decode, strict_summary, summarize
+from streamstate_api.record_contracts import MIRRORS, Source, _fast_summary, decode, fast_record, strict_summary, summarize
 from streamstate_api.store import open_store
 from streamstate_api.view import StateView
 from streamstate_pipeline.contracts import ContractError
@@ -156,12 +156,34 @@ def test_the_fast_check_accepts_only_what_the_strict_check_accepts_with_the_same
     assert answer == strict
 
 
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated(), st.sampled_from([None, b"\xff", b"\xed\xa0\x80"]))
+def test_the_fused_fast_path_gives_the_record_decode_gives_or_leaves_it_to_decode(case, other_key):
+    """The follower builds records straight from the bytes (:func:`fast_record`, issue 54); what it
+    builds is what :func:`decode` (the checks, then the summary, then the record) gives, field for
+    field and type for type, and what it refuses (a null or non-UTF-8 key among them) decode decides."""
+    source, key, value = case
+    for raw_key in (key.encode(), other_key):
+        fast = fast_record(source, raw_key, value)
+        try:
+            decoded = decode(source, raw_key, value)
+        except ContractError:
+            decoded = None
+        if fast is not None:
+            assert fast == decoded and type(fast) is type(decoded)
+            assert [type(getattr(fast, f)) for f in fast.__slots__] == [type(getattr(decoded, f)) for f in decoded.__slots__]
+        elif decoded is not None:
+            assert _fast_summary(source, raw_key.decode(), value) is None, "refused by the fused path only"
+    assert fast_record(source, key.encode(), None) is None and fast_record(Source.ALERTS, key.encode(), value) is None
+
+
 def test_valid_records_take_the_fast_path():
     for source in (Source.SESSIONS, Source.SERIES):
         for i in range(4):
             key, document = _valid(source, i)
             value = json.dumps(document).encode()
             assert _fast_summary(source, key, value) == strict_summary(source, key, value)
+            assert fast_record(source, key.encode(), value) == decode(source, key.encode(), value)
 
 
 # --------------------------------------------------------------------------- batches

@@ -42,7 +42,9 @@ class Source(str, Enum):
     ALERTS = "alerts"
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, three
+# times the cost (0.5 µs against 0.16 µs), once per record of a rebuild. Nothing changes them.
+@dataclass(slots=True)
 class SessionRecord:
     user_id: str
     body: bytes
@@ -50,7 +52,7 @@ class SessionRecord:
     ts: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SeriesRecord:
     series_id: str
     body: bytes
@@ -58,7 +60,7 @@ class SeriesRecord:
     ts: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AlertRecord:
     alert_id: str
     kind: str
@@ -67,7 +69,7 @@ class AlertRecord:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Tombstone:
     """A null value: the key leaves the view."""
 
@@ -167,6 +169,31 @@ def _fast_summary(source: Source, key_text: str, value: bytes) -> Summary | None
             if series.series_id == key_text and TS_MIN <= series.ts <= TS_MAX:
                 return ("m", series.series_id, series.last_z, series.ts)
     except Exception:  # noqa: BLE001 - refused here (malformed, invalid UTF-8, a wrong type): pydantic decides
+        return None
+    return None
+
+
+_SESSIONS, _SERIES = Source.SESSIONS, Source.SERIES  # an Enum member lookup is a call
+
+
+def fast_record(source: Source, key: bytes | None, value: bytes | None) -> Record | None:
+    """The view record of a snapshot the fast check accepts, straight from the bytes; None for
+    anything else (a tombstone, an alert, or a record the fast check refuses), which
+    :func:`decode` then decides and explains. The same checks, in the same terms, as
+    :func:`summarize` followed by :func:`build` (no summary tuple in between: once per record
+    of a rebuild)."""
+    if key is None or value is None:
+        return None
+    try:
+        if source is _SESSIONS:
+            snapshot = _SESSION_DECODER.decode(value)
+            if TS_MIN <= snapshot.ts <= TS_MAX and snapshot.user_id == key.decode("utf-8"):
+                return SessionRecord(snapshot.user_id, bytes(value), snapshot.open_session is not None, snapshot.ts)
+        elif source is _SERIES:
+            series = _SERIES_DECODER.decode(value)
+            if TS_MIN <= series.ts <= TS_MAX and series.series_id == key.decode("utf-8"):
+                return SeriesRecord(series.series_id, bytes(value), series.last_z, series.ts)
+    except Exception:  # noqa: BLE001 - refused here (malformed, invalid UTF-8, a wrong type): decode decides
         return None
     return None
 
