@@ -108,31 +108,3 @@ def test_a_broker_restarted_after_a_sigkill_keeps_its_port(tmp_path):
         assert again.start_broker(broker_port(settings)) == f"127.0.0.1:{port}"
     finally:
         again.stop()
-
-
-def test_a_job_started_beside_its_broker_waits_for_it_and_its_topics(tmp_path):
-    """`streamstate up` starts the jobs as soon as the broker's process is started: a job
-    waits (job_broker_wait_s) until the broker answers and its topics exist, and a wait that
-    runs out says so and lets the job's start-up checks meet the missing topics as before."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from streamstate_jobs.registry import job_spec
-    from streamstate_jobs.startup import await_broker_and_topics, job_topics
-
-    stack = EmbeddedStack(workdir=tmp_path, quiet=True)
-    try:
-        stack.spawn_broker()
-        spec = job_spec("anomalies")
-        beside = stack.settings.with_overrides(job_broker_wait_s=120)
-        with ThreadPoolExecutor(1) as pool:
-            waiting = pool.submit(await_broker_and_topics, beside, spec)
-            time.sleep(0.5)
-            assert not waiting.done(), "returned before the broker answered with the job's topics"
-            stack.await_broker()
-            assert waiting.result(timeout=60) is True
-        assert job_topics(beside, spec) <= set(existing_topics(beside.kafka))
-
-        missing = beside.with_overrides(job_broker_wait_s=1, topic_alerts="no-such-topic")
-        assert await_broker_and_topics(missing, spec) is False
-    finally:
-        stack.stop()
