@@ -6,9 +6,8 @@ consumer sees on the alerts topic.
 ``run``: ``make run`` in this checkout, as a user starts it from a warm install (the packages,
 jars and binaries in place; the broker's data and the checkpoints in ``var/`` as the last run
 left them, so the jobs resume). The clock starts when ``make`` is started; the consumer joins
-once the stack prints the broker's address (the broker answers, the topics exist: before a job
-can have written), at the alerts topic's end, so only an alert of this run counts. Ctrl-C (SIGINT
-to the process group) then stops the stack as a user's would.
+once the stack prints the broker's address, at the alerts topic's end, so only an alert of this
+run counts. Ctrl-C (SIGINT to the process group) then stops the stack as a user's would.
 
 ``compose``: ``docker compose up -d --wait`` with the images and the compose file this checkout
 configures (``make images``), then a consumer on the published Kafka port; the clock starts
@@ -40,9 +39,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "first_alert.json"
-# The launcher's line once the broker answers and the topics exist ("Apache Kafka 4.x (KRaft) at
-# 127.0.0.1:9092, data in ..."), and the broker's line of the "running" block after it.
-BROKER_LINE = re.compile(r"\(KRaft\) at ([^\s,]+),|Kafka broker\s+(\S+)")
+BROKER_LINE = re.compile(r"Kafka broker\s+(\S+)")
 RUNNING_LINE = "streamstate is running"
 COMPOSE_BOOTSTRAP = f"127.0.0.1:{os.environ.get('KAFKA_HOST_PORT', '9092')}"
 
@@ -94,11 +91,11 @@ def make_run_once(timeout_s: float) -> dict[str, Any]:
             tail = (tail + [line.rstrip()])[-40:]
             found = BROKER_LINE.search(line)
             if found and watcher is None:
-                watcher = FirstAlert(found[1] or found[2], Settings().topic_alerts, started)
+                watcher = FirstAlert(found[1], Settings().topic_alerts, started)
                 watcher.start()
             if RUNNING_LINE in line:
                 running_s = time.monotonic() - started
-            if running_s is not None and watcher is not None:  # the running block names the broker too
+            if running_s is not None and watcher is not None:  # the broker's line follows the running line
                 break
             if time.monotonic() - started > timeout_s:
                 break

@@ -160,13 +160,6 @@ class Settings(BaseSettings):
         description="Restarts in a row of a failed job query from its checkpoint (with backoff) before the job exits;"
         " a committed batch starts the count again.",
     )
-    job_broker_wait_s: float = Field(
-        0.0,
-        ge=0,
-        description="At start, once Spark is up, a job waits up to this long for the broker to answer and its topics "
-        "to exist before its start-up checks (`streamstate up` starts the jobs beside the broker and sets 120); "
-        "0: no wait.",
-    )
     job_jvm_socket_budget: int = Field(
         8_000,
         ge=0,

@@ -319,7 +319,6 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {spec.service} %(levelname)s %(message)s")
     from streamstate_jobs.metrics import JobMetrics
     from streamstate_jobs.spark import build_spark
-    from streamstate_jobs.startup import await_broker_and_topics
 
     checkpoint = args.checkpoint or settings.checkpoint(spec.name)
     metrics = JobMetrics(spec, port=spec.port(settings), host=settings.metrics_host)
@@ -331,7 +330,6 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         return session, SocketWatch.of(session, settings.job_jvm_socket_budget)
 
     spark, sockets = start_spark()
-    await_broker_and_topics(settings, spec)  # Spark started while the broker did (`streamstate up`)
     stop_requested = threading.Event()
 
     def _stop(signum, frame):  # noqa: ARG001

@@ -244,29 +244,14 @@ class EmbeddedStack:
         Spark's Kafka connector jars, and the local checkpoint file system is installed. Started
         again (after :meth:`kill_broker`) it keeps its ports and data; ``port`` None takes a free
         port, unless a broker was started before."""
-        self.spawn_broker(port)
-        return self.await_broker()
-
-    def spawn_broker(self, port: int | None = None) -> str:
-        """The first half of :meth:`start_broker`: the broker's process started (its storage
-        formatted on first use) and the settings pointed at its address, without waiting for
-        it; returns that address. Processes that wait for the broker themselves (the jobs,
-        ``job_broker_wait_s``) can start meanwhile; :meth:`await_broker` is the second half."""
         if self.kafka is None or port is not None:
             self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
         if self.kafka.format_storage() is not None:
             self.broker_storage_new = True
             self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
-        self.spawn("broker", self.kafka.argv())
-        self._point_at(self.kafka.bootstrap)
-        return self.kafka.bootstrap
-
-    def await_broker(self) -> str:
-        """Wait until the broker of :meth:`spawn_broker` answers, then create the pipeline topics."""
-        if self.kafka is None:
-            raise RuntimeError("no broker: spawn_broker() first")
+        proc = self.spawn("broker", self.kafka.argv())
         bootstrap = self.kafka.bootstrap
-        self._await_brokers(bootstrap, {self.kafka.port: self.processes["broker"]})
+        self._await_brokers(bootstrap, {self.kafka.port: proc})
         created = ensure_topics(self.settings)
         self.say(
             f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
@@ -289,7 +274,6 @@ class EmbeddedStack:
         self.broker_storage_new = any(formatted)
         procs = {node.port: self.spawn(f"broker-{node.node_id}", node.argv()) for node in self.kafka_nodes}
         bootstrap = ",".join(node.bootstrap for node in self.kafka_nodes)
-        self._point_at(bootstrap)
         self._await_brokers(bootstrap, procs)
         _wait_for_brokers(self.settings, len(self.kafka_nodes), timeout_s=120)  # before topics with a replica on each
         created = ensure_topics(self.settings, replication_factor=len(self.kafka_nodes))
@@ -304,17 +288,8 @@ class EmbeddedStack:
         self.processes[f"broker-{node_id}"].kill()
 
     def _await_brokers(self, bootstrap: str, procs: dict[int, ManagedProcess]) -> None:
-        """Wait until every broker process listens on its port and the cluster at ``bootstrap`` answers."""
-        try:
-            # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
-            for port, proc in procs.items():
-                _wait_for_port(port, timeout_s=120, alive=proc.alive)
-            wait_for_broker(self.settings.kafka, timeout_s=120)
-        except TimeoutError as exc:
-            raise RuntimeError(f"{exc}\n" + "\n".join(proc.tail() for proc in procs.values())) from None
-
-    def _point_at(self, bootstrap: str) -> None:
-        """Point the settings at ``bootstrap``, with Spark's Kafka connector jars for the jobs."""
+        """Point the settings at ``bootstrap`` (with Spark's Kafka connector jars for the jobs)
+        and wait until every broker process listens on its port and the cluster answers."""
         from streamstate_pipeline import binaries
 
         jars = self.settings.spark_jars or ",".join(str(jar) for jar in binaries.spark_jars())
@@ -323,6 +298,13 @@ class EmbeddedStack:
         except binaries.DependencyMissing as exc:
             self.say(f"{exc}; local checkpoints keep Hadoop's file system (slower, the same files)")
         self.settings = self.settings.with_overrides(bootstrap_servers=bootstrap, spark_jars=jars)
+        try:
+            # The JVM takes seconds to listen: a Kafka client created earlier floods stderr with refusals.
+            for port, proc in procs.items():
+                _wait_for_port(port, timeout_s=120, alive=proc.alive)
+            wait_for_broker(self.settings.kafka, timeout_s=120)
+        except TimeoutError as exc:
+            raise RuntimeError(f"{exc}\n" + "\n".join(proc.tail() for proc in procs.values())) from None
 
     def start_kinesis(self, port: int | None = None, streams: dict[str, int] | None = None) -> str:
         """The local Kinesis-API server (kinesis-mock); ``streams`` ({name: shards}) are created on it.
@@ -404,6 +386,12 @@ class EmbeddedStack:
             f"starting over: the broker's storage in {self.workdir / 'kafka'} is new, so this run starts from fresh "
             f"checkpoints in {root}; the previous run's were moved to {previous}"
         )
+
+    def start_infrastructure(self, broker_port: int | None = None) -> None:
+        """Everything the jobs need under this profile: the broker and topics, and the object store."""
+        self.start_broker(broker_port)
+        if self.profile.s3_checkpoints:
+            self.start_object_store()
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
         """A job declared in :mod:`streamstate_jobs.registry`, by name; ``extra`` are its options."""

@@ -31,8 +31,6 @@ from streamstate_stack.launcher import EmbeddedStack, free_port, port_free
 from streamstate_pipeline.topics import load_topics
 
 STATUS_EVERY_S = 10.0
-# How long the jobs, started beside the broker, wait for it and their topics (a loaded machine's broker start included).
-JOB_BROKER_WAIT_S = 120.0
 
 
 def broker_port(settings: Settings) -> int:
@@ -93,27 +91,17 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         stack.say(f"profile {profile.name}: {profile.summary}")
-        # The jobs' JVMs and SparkSessions take longer to start than the broker and need it
-        # only after: they start beside it and wait for it and their topics themselves
-        # (job_broker_wait_s). What they read at start comes first: the object store and the
-        # Kinesis server (their addresses are in the jobs' settings), the checkpoints as the
-        # broker's storage says (prepare_checkpoints).
-        stack.spawn_broker(broker_port(settings))
-        if profile.s3_checkpoints:
-            stack.start_object_store()
+        stack.start_infrastructure(broker_port(settings))
         if settings.source == "kinesis":
             stack.start_kinesis(streams=input_streams(settings))
         stack.say(stack.prepare_checkpoints())
         if jobs:
-            stack.settings = stack.settings.with_overrides(job_broker_wait_s=JOB_BROKER_WAIT_S)
             for name in JOBS:
                 stack.start_job(name)
-        stack.await_broker()
-        # The producers first: records waiting when the jobs' first batches start make their first alerts.
-        if producers:
-            stack.start_producers("demo")
         stack.start_api()
         stack.start_prometheus()
+        if producers:
+            stack.start_producers("demo")
         s = stack.settings
         print(
             "\n".join(
