@@ -271,10 +271,16 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
             stop_requested.wait(1)
     finally:
         metrics.broker_reachable(True)  # a restarted query is judged afresh
+        if stop_requested.is_set():  # a batch cut short is re-run, cold, first thing at the next start
+            _between_batches(queries, threading.Event(), STOP_BATCH_WAIT_S)
         for running in queries:
             if running.isActive:
                 running.stop()
     return [(q.name, q.exception()) for q in queries if q.exception() is not None], new_jvm
+
+
+# At a requested stop, how long the batches in flight may take to finish before they are cut short.
+STOP_BATCH_WAIT_S = 5.0
 
 
 def _between_batches(queries: list[StreamingQuery], stop_requested: threading.Event, limit_s: float = 30.0) -> None:
@@ -327,7 +333,8 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     stop_requested = threading.Event()
 
     def _stop(signum, frame):  # noqa: ARG001
-        log.info("signal %s: stopping; a batch cut short is re-run from the checkpoint on restart", signum)
+        log.info("signal %s: stopping once the batch in flight ends (up to %gs; one cut short is re-run from the checkpoint "
+                 "on restart)", signum, STOP_BATCH_WAIT_S)
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, _stop)
