@@ -438,11 +438,15 @@ class ViewFollower(threading.Thread):
             key = (topic, partition)
             if offset >= last.get(key, -1):
                 last[key] = offset
-        known = self._known_ends
-        for key, offset in last.items():
-            if offset >= known.get(key, 0):
-                known[key] = offset + 1
+        self._advance_known_ends(last)
         return rows
+
+    def _advance_known_ends(self, last: dict) -> None:
+        """Past each (topic, partition)'s highest offset a consumed batch held (once per batch)."""
+        known = self._known_ends
+        for where, offset in last.items():
+            if offset >= known.get(where, 0):
+                known[where] = offset + 1
 
     def _consumed(self, messages: list[Message]) -> list[Consumed]:
         """The consumed records validated inline, as the view's records (None for a bad one, which
@@ -472,10 +476,7 @@ class ViewFollower(threading.Thread):
             where = (topic, partition)
             if offset >= last.get(where, -1):
                 last[where] = offset
-        known = self._known_ends
-        for where, offset in last.items():
-            if offset >= known.get(where, 0):
-                known[where] = offset + 1
+        self._advance_known_ends(last)
         return batch
 
     def _ingest(self, rows: list[Row], summaries: list) -> None:
