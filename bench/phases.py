@@ -264,6 +264,20 @@ class _StageTotals:
         return value1
 
 
+def _timed(items: Iterator[Any], spent: list[float], clock: Callable[[], float]) -> Iterator[Any]:
+    """``items`` as they are, adding the time each ``next`` took (its end included) to ``spent[0]``."""
+    source = iter(items)
+    while True:
+        started = clock()
+        try:
+            item = next(source)
+        except StopIteration:
+            return
+        finally:
+            spent[0] += clock() - started
+        yield item
+
+
 def timed_in_task(
     func: Callable[[Iterator[Any]], Iterator[Any]], add: Callable[[dict[int, float]], None], stage_id: Callable[[], int],
     clock: Callable[[], float] = time.perf_counter,
@@ -274,34 +288,12 @@ def timed_in_task(
     Two ``clock`` reads (seconds) per batch in and out."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        waited = 0.0
-
-        def fed() -> Iterator[Any]:
-            nonlocal waited
-            source = iter(batches)
-            while True:
-                started = clock()
-                try:
-                    batch = next(source)
-                except StopIteration:
-                    waited += clock() - started
-                    return
-                waited += clock() - started
-                yield batch
-
+        waited, busy = [0.0], [0.0]
         started = clock()
-        output = iter(func(fed()))  # a function that reads its input at once does so here
-        busy = clock() - started
-        while True:
-            started = clock()
-            try:
-                result = next(output)
-            except StopIteration:
-                busy += clock() - started
-                break
-            busy += clock() - started
-            yield result
-        add({stage_id(): max(0.0, busy - waited) * 1000})
+        output = iter(func(_timed(batches, waited, clock)))  # a function that reads its input at once does so here
+        busy[0] += clock() - started
+        yield from _timed(output, busy, clock)
+        add({stage_id(): max(0.0, busy[0] - waited[0]) * 1000})
 
     return run
 
