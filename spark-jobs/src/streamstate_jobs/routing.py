@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from streamstate_jobs.declaration import JobSpec
 from streamstate_jobs.kafka.partition_writer import BatchTransactions, OutputPlan, write_partitions
 from streamstate_jobs.lost_input import raise_if_lost_input
+from streamstate_jobs.spark_action_errors import short_for_spark
 from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import Settings
 
@@ -76,6 +77,8 @@ def batch_router(
             summary = write_partitions(batch, settings, plan, transactions(batch_id))
         except (Py4JJavaError, CapturedException) as error:  # a Spark action of this batch failed in the JVM
             raise_if_lost_input(error)
+            if isinstance(error, Py4JJavaError):  # its whole JVM stack trace would break Spark's reading of a stop
+                raise short_for_spark(error, batch_id) from None
             raise
         if metrics is not None:
             metrics.count_batch(summary.rows, topic_of_kind)
