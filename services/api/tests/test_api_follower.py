@@ -1,5 +1,5 @@
-"""The view follower's handling of what it consumed, without a broker: records handed to its
-ingest step as the validation step hands them over (rows and their summaries)."""
+"""The view follower's handling of what it consumed, without a broker: validated records handed
+to its apply step as its consuming step hands them over."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from streamstate_api.broadcast import AlertBroadcaster
 from streamstate_api.follower import ViewFollower
 from streamstate_api.metrics import ApiMetrics
-from streamstate_api.record_contracts import Source, summarize
+from streamstate_api.record_contracts import Source, build, summarize
 from streamstate_api.store import open_store
 from streamstate_api.view import StateView
 from streamstate_pipeline.settings import Settings
@@ -31,15 +31,13 @@ def test_a_record_the_store_cannot_hold_is_a_counted_bad_record_and_later_record
     follower, view, metrics, _ = _follower(tmp_path)
     good, later = session_snapshot("u1", ts=1_000), session_snapshot("u3", ts=3_000)
     huge = session_snapshot("u2", ts=2_000).to_json().replace(b'"ts":2000', b'"ts":%d' % 2**63)
-    rows = [
-        (Source.SESSIONS, 0, 0, b"u1", good.to_json()),
-        (Source.SESSIONS, 0, 1, b"u2", huge),
-        (Source.SESSIONS, 0, 2, b"u3", later.to_json()),
+    batch = [
+        (Source.SESSIONS, 0, 0, build(Source.SESSIONS, summarize(Source.SESSIONS, b"u1", good.to_json()), good.to_json())),
+        (Source.SESSIONS, 0, 1, build(Source.SESSIONS, ("s", "u2", True, 2**63), huge)),
+        (Source.SESSIONS, 0, 2, build(Source.SESSIONS, summarize(Source.SESSIONS, b"u3", later.to_json()), later.to_json())),
     ]
-    summaries = [summarize(Source.SESSIONS, b"u1", good.to_json()), ("s", "u2", True, 2**63),
-                 summarize(Source.SESSIONS, b"u3", later.to_json())]
     try:
-        follower._ingest(rows, summaries)
+        follower._apply(batch)
         assert view.session("u1")[0] is not None and view.session("u3")[0] is not None, "later records are served"
         assert view.session("u2")[0] is None
         assert view.positions(Source.SESSIONS) == {0: 3}, "the unstorable record is consumed, not retried"

@@ -488,30 +488,3 @@ def test_an_unreadable_or_foreign_store_is_set_aside_and_rebuilt(tmp_path):
     finally:
         foreign.store.close()
     assert open_store(tmp_path / "none", 8, IDENTITY).rebuild_reason.startswith("no store")
-
-
-# ------------------------------------------------------------------------ validation workers
-def test_worker_validation_gives_what_inline_validation_gives_in_order():
-    from streamstate_api.parallel_validation import Decoder
-
-    rows = [
-        (Source.SESSIONS, 0, i, f"u{i}".encode(), session_snapshot(f"u{i}", active=i % 2 == 0, ts=i).to_json())
-        for i in range(50)
-    ]
-    rows += [(Source.SESSIONS, 0, 50, b"u1", None), (Source.SESSIONS, 0, 51, b"u2", b"{broken")]
-    batches = [rows[i:i + 7] for i in range(0, len(rows), 7)]
-    results = {}
-    for workers in (0, 2):
-        decoder = Decoder(workers)
-        try:
-            for batch in batches:
-                decoder.submit(batch)
-            results[workers] = [(r, s) for rows_, summaries in decoder.finished(wait=True) for r, s in zip(rows_, summaries)]
-            assert decoder.idle and decoder.parallel == (workers > 0)
-        finally:
-            decoder.close()
-    assert results[0] == results[2]
-    assert [row for row, _ in results[2]] == rows, "in consumption order"
-    summaries = [s for _, s in results[2]]
-    assert summaries[3] == ("s", "u3", False, 3) and summaries[50] == ("t", "u1")
-    assert isinstance(summaries[51], str) and "not valid JSON" in summaries[51]

@@ -41,8 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streamstate_api.broadcast import AlertBroadcaster
 from streamstate_api.metrics import ApiMetrics
-from streamstate_api.parallel_validation import Decoder, Row
-from streamstate_api.record_contracts import Source, build, decode, fast_record
+from streamstate_api.record_contracts import Source, decode, fast_record
 from streamstate_api.store import StoreDamaged, view_identity
 from streamstate_api.view import Consumed, StateView
 from streamstate_pipeline.contracts import ContractError
@@ -233,42 +232,29 @@ class ViewFollower(threading.Thread):
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
             next_lag_refresh = next_grave_pruning = 0.0
-            decoder = Decoder.for_catch_up(self._progress_start[1] if self._progress_start and not self._caught_up else 0)
-            try:
-                while not self._stopping.is_set():
-                    if self._view.damage is not None:  # found by a request, or by our own reads
-                        raise StoreDamaged(self._view.damage)
-                    waited = time.monotonic()
-                    messages = consumer.consume(_BATCH, timeout=_POLL_S)
-                    self._fetch_wait_s += time.monotonic() - waited
-                    if decoder.parallel:
-                        if messages:
-                            decoder.submit(self._rows(messages))
-                        for rows, summaries in decoder.finished(wait=not messages):
-                            self._ingest(rows, summaries)
-                    elif messages:
-                        batch = self._consumed(messages)
-                        if batch:  # not only end-of-partition events
-                            self._apply(batch)
-                    if not self._caught_up:
-                        self._log_progress()
-                        if decoder.idle:  # a batch still being validated is not in the view yet
-                            self._check_caught_up()
-                        if self._caught_up:
-                            decoder.close()
-                            decoder = Decoder.for_catch_up(0)
-                    # Not while catching up: asking a busy consumer for watermarks stalls its fetching
-                    # (half a second per refresh, measured), and /readyz already says what is left.
-                    if self._caught_up and time.monotonic() >= next_lag_refresh:
-                        self._refresh_lag(consumer, partitions)
-                        next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
-                    if self._caught_up and time.monotonic() >= next_grave_pruning:
-                        self._prune_graves()
-                        next_grave_pruning = time.monotonic() + _GRAVE_PRUNING_S
-                    self._stepped_at = time.monotonic()  # consumed records applied, or none there
-                    self._last_error = None
-            finally:
-                decoder.close()
+            while not self._stopping.is_set():
+                if self._view.damage is not None:  # found by a request, or by our own reads
+                    raise StoreDamaged(self._view.damage)
+                waited = time.monotonic()
+                messages = consumer.consume(_BATCH, timeout=_POLL_S)
+                self._fetch_wait_s += time.monotonic() - waited
+                if messages:
+                    batch = self._consumed(messages)
+                    if batch:  # not only end-of-partition events
+                        self._apply(batch)
+                if not self._caught_up:
+                    self._log_progress()
+                    self._check_caught_up()
+                # Not while catching up: asking a busy consumer for watermarks stalls its fetching
+                # (half a second per refresh, measured), and /readyz already says what is left.
+                if self._caught_up and time.monotonic() >= next_lag_refresh:
+                    self._refresh_lag(consumer, partitions)
+                    next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
+                if self._caught_up and time.monotonic() >= next_grave_pruning:
+                    self._prune_graves()
+                    next_grave_pruning = time.monotonic() + _GRAVE_PRUNING_S
+                self._stepped_at = time.monotonic()  # consumed records applied, or none there
+                self._last_error = None
         finally:
             consumer.close()
 
@@ -420,27 +406,6 @@ class ViewFollower(threading.Thread):
         return TopicPartition(tp.topic, tp.partition, position if position > 0 else OFFSET_BEGINNING)
 
     # ------------------------------------------------------------------ steady state
-    def _rows(self, messages: list[Message]) -> list[Row]:
-        """The consumed records as plain rows; end-of-partition and error events are handled here.
-        Once per record: no helper calls in the loop (a cold rebuild runs it millions of times)."""
-        rows: list[Row] = []
-        append = rows.append
-        source_of = self._source_of
-        last: dict = {}  # the highest offset consumed per (topic, partition)
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                self._on_message_error(message, error)
-                continue
-            # A message without an error always has its coordinates (librdkafka's types say Optional).
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            append((source_of[topic], partition, offset, message.key(), message.value()))  # type: ignore[index, arg-type]
-            key = (topic, partition)
-            if offset >= last.get(key, -1):
-                last[key] = offset
-        self._advance_known_ends(last)
-        return rows
-
     def _advance_known_ends(self, last: dict) -> None:
         """Past each (topic, partition)'s highest offset a consumed batch held (once per batch)."""
         known = self._known_ends
@@ -450,9 +415,8 @@ class ViewFollower(threading.Thread):
 
     def _consumed(self, messages: list[Message]) -> list[Consumed]:
         """The consumed records validated inline, as the view's records (None for a bad one, which
-        is counted and explained); end-of-partition and error events are handled here. What
-        :meth:`_rows`, the decoder and :meth:`_ingest` do, in one pass with no row or summary in
-        between: once per record of a rebuild, so no helper calls but the decoding."""
+        is counted and explained); end-of-partition and error events are handled here. Once per
+        record of a rebuild: no helper calls but the decoding."""
         batch: list[Consumed] = []
         append = batch.append
         source_of = self._source_of
@@ -478,17 +442,6 @@ class ViewFollower(threading.Thread):
                 last[where] = offset
         self._advance_known_ends(last)
         return batch
-
-    def _ingest(self, rows: list[Row], summaries: list) -> None:
-        batch: list[Consumed] = []
-        append = batch.append
-        for (source, partition, offset, _, value), summary in zip(rows, summaries):
-            if summary.__class__ is str:
-                self._bad_record(source, partition, offset, summary)
-                append((source, partition, offset, None))
-            else:
-                append((source, partition, offset, build(source, summary, value)))
-        self._apply(batch)
 
     def _apply(self, batch: list[Consumed]) -> None:
         if batch:

@@ -76,7 +76,6 @@ class Tombstone:
     key: str
 
 
-_SOURCE_OF = {source.value: source for source in Source}  # Source(value) is a slow call, once per record
 
 Record = SessionRecord | SeriesRecord | AlertRecord | Tombstone
 
@@ -203,8 +202,7 @@ def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
     return build(source, summarize(source, key, value), value)
 
 
-# What validation keeps of a record besides its bytes, as a plain tuple (cheap to send back
-# from a worker process): ("t", key) | ("s", user_id, active, ts) | ("m", series_id, last_z, ts)
+# What validation keeps of a record besides its bytes, as a plain tuple: ("t", key) | ("s", user_id, active, ts) | ("m", series_id, last_z, ts)
 # | ("a", alert_id, kind, entity, ts).
 Summary = tuple
 
@@ -247,17 +245,6 @@ def strict_summary(source: Source, key_text: str, value: bytes) -> Summary:
 def _describe_int(value: int) -> str:
     # Python refuses to print integers over 4,300 digits; no reason needs them whole.
     return str(value) if value.bit_length() <= 200 else f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-
-
-def summarize_batch(sources: list[str], keys: list[bytes | None], values: list[bytes | None]) -> list[Summary | str]:
-    """:func:`summarize` over a batch (run in a worker process); a refused record gives its reason."""
-    out: list[Summary | str] = []
-    for source, key, value in zip(sources, keys, values):
-        try:
-            out.append(summarize(_SOURCE_OF[source], key, value))
-        except ContractError as exc:
-            out.append(exc.reason)
-    return out
 
 
 def build(source: Source, summary: Summary, value: bytes | None) -> Record:
