@@ -153,7 +153,7 @@ class InProcessApi:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings.model_copy(update={"api_host": "127.0.0.1", "api_port": self.port}))
-        self.context = self.app.state.context
+        self.context = self.app.context
         protocol = request_head_protocol(settings.api_request_head_timeout_s, settings.api_max_request_head_bytes)
         config = uvicorn.Config(
             self.app, host="127.0.0.1", port=self.port, loop="uvloop", http=protocol,

@@ -31,8 +31,10 @@ DESCRIPTION = (
 )
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The API app; its lifespan starts the view follower and stops it on shutdown."""
+def create_app(settings: Settings) -> FastPath:
+    """The API as it is served: the read routes that carry the load answered in front of the
+    FastAPI app (:class:`FastPath`, outside FastAPI's and Starlette's per-request layers), every
+    other request by that app (``.app``), whose lifespan starts the view follower and stops it."""
     context = ApiContext.build(settings)
     app = FastAPI(
         title="streamstate snapshot API", version=VERSION, description=DESCRIPTION,
@@ -42,13 +44,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(StoreDamaged, _store_damaged)
     app.add_middleware(StreamLimit, path=alerts.STREAM_PATH, limit=settings.api_max_streams)
     app.add_middleware(RequestMetricsMiddleware, metrics=context.metrics)
-    app.add_middleware(FastPath, context=context)  # outermost of ours: the read routes that carry the load
     app.include_router(operations.router)
     # The token's security scheme appears in the OpenAPI document only when a token is required.
     guarded: dict[str, Any] = {"dependencies": [TokenDep], "responses": UNAUTHORIZED} if context.token is not None else {}
     for router in (sessions.router, series.router, alerts.router):
         app.include_router(router, **guarded)
-    return app
+    return FastPath(app, context)
 
 
 async def _store_damaged(_: Request, exc: Exception) -> JSONResponse:

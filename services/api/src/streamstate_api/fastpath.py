@@ -8,7 +8,9 @@ parameter validation, five nested middlewares each wrapping ``send``), not in th
 At 2,500 requests/s on two cores that is most of a core before the clients get any.
 
 So the three read routes (``/sessions/{user_id}``, ``/series/{series_id}``, ``/sessions``)
-are matched here first, as the outermost middleware, and answered by the *same* functions
+are matched here first, in front of the FastAPI app (uvicorn serves this object, so FastAPI's
+and Starlette's own per-request layers, error and telemetry middlewares included, do not run
+for them: about 8 % of a request's CPU, profiled at 5,000 requests/s), and answered by the *same* functions
 the routers call (:func:`~streamstate_api.routes.sessions.session_body`, ...). Only what is
 plainly valid is answered here: a known path, a GET, the bearer token when one is required,
 and for the listing only ``limit`` (digits, 1-1,000), ``active`` (``true``/``false``) and a
