@@ -20,8 +20,11 @@ or the end of the previous request) to its blank line; bytes that arrive in the 
 the end of a body are counted from the next read, so a head is never read further than the
 bound plus one read of the socket.
 
+*One send an answer.* The connection's transport joins the writes of one turn of the event
+loop (uvicorn writes an answer's head and its body apart) into one send (:class:`_OneSendTransport`).
+
 It extends uvicorn's httptools protocol (the one the API runs) at its documented parser
-callbacks; the uvicorn version is pinned in the lock.
+callbacks and its transport; the uvicorn version is pinned in the lock.
 """
 
 from __future__ import annotations
@@ -44,6 +47,44 @@ def too_large(max_bytes: int) -> bytes:
     )
 
 
+class _OneSendTransport:
+    """A connection's transport whose writes in one turn of the event loop leave in one send.
+
+    uvicorn writes a response's status line and headers, then its body, each straight to the
+    socket: two system calls and two segments on the wire for every answer, 21 % of the API's
+    CPU at 5,000 requests/s (profiled). Held until the loop's next turn (or the connection's
+    close), they go out joined. Everything but writing and closing is the transport's own."""
+
+    __slots__ = ("_transport", "_loop", "_pending")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport, self._loop = transport, loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._pending is None:
+            self._pending = [data]
+            self._loop.call_soon(self.flush)
+        else:
+            self._pending.append(data)
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 def request_head_protocol(timeout_s: float, max_bytes: int) -> type[asyncio.Protocol]:
     """uvicorn's ``http=`` protocol class with a ``timeout_s`` deadline and a ``max_bytes`` bound
     on every request head."""
@@ -56,7 +97,7 @@ def request_head_protocol(timeout_s: float, max_bytes: int) -> type[asyncio.Prot
         _heads_done = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_OneSendTransport(transport, self.loop))  # type: ignore[arg-type]
             self._arm_head_deadline()
 
         def connection_lost(self, exc: Exception | None) -> None:
