@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streamstate_api.timeouts import _OneSendTransport
+from streamstate_api.timeouts import OneSendTransport
 
 
 class _Socket(asyncio.Transport):
@@ -35,7 +35,7 @@ class _Socket(asyncio.Transport):
 def test_writes_of_one_turn_leave_in_one_send_in_order():
     async def scenario():
         socket = _Socket()
-        transport = _OneSendTransport(socket, asyncio.get_running_loop())
+        transport = OneSendTransport(socket, asyncio.get_running_loop())
         transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
         transport.write(b'{"a": 1}')
         assert socket.sends == [], "held until the loop's next turn"
@@ -52,7 +52,7 @@ def test_close_sends_what_is_held_first_and_abort_drops_it():
     async def scenario():
         loop = asyncio.get_running_loop()
         closed, aborted = _Socket(), _Socket()
-        first, second = _OneSendTransport(closed, loop), _OneSendTransport(aborted, loop)
+        first, second = OneSendTransport(closed, loop), OneSendTransport(aborted, loop)
         first.write(b"431 answer")
         first.close()
         second.write(b"lost")
@@ -68,7 +68,7 @@ def test_close_sends_what_is_held_first_and_abort_drops_it():
 def test_everything_else_is_the_transports_own():
     async def scenario():
         socket = _Socket()
-        transport = _OneSendTransport(socket, asyncio.get_running_loop())
+        transport = OneSendTransport(socket, asyncio.get_running_loop())
         return transport.get_extra_info("peername"), transport.is_closing()
 
     assert asyncio.run(scenario()) == (("127.0.0.1", 5), False)

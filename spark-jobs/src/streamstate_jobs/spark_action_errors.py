@@ -7,8 +7,8 @@ with a regular expression (``StreamExecution.PROXY_ERROR``, SPARK-39218:
 Java's regex engine recurses once per character after ``calling``, and a Py4JJavaError's text
 carries the JVM's whole stack trace (about 8 KB for an action called in ``foreachBatch``): the
 match overflows the stream thread's stack. Every stop that cut a batch short then killed the
-thread with a ``StackOverflowError`` before Spark recorded the stop, leaving its state stores
-half closed (``STATE_STORE_INVALID_STAMP`` in the log that followed).
+thread with a ``StackOverflowError`` before Spark recorded the stop (the query's status stayed
+at its last step, and ``STATE_STORE_INVALID_STAMP`` errors followed in the job's log).
 
 So a Py4JJavaError never crosses as it is: :func:`short_for_spark` logs it whole and returns
 :class:`SparkActionFailed`, whose message is py4j's first line and the JVM error's class and

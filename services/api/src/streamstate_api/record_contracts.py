@@ -76,7 +76,6 @@ class Tombstone:
     key: str
 
 
-
 Record = SessionRecord | SeriesRecord | AlertRecord | Tombstone
 
 _MODELS: dict[Source, tuple[type[BaseModel], str]] = {
@@ -202,8 +201,8 @@ def decode(source: Source, key: bytes | None, value: bytes | None) -> Record:
     return build(source, summarize(source, key, value), value)
 
 
-# What validation keeps of a record besides its bytes, as a plain tuple: ("t", key) | ("s", user_id, active, ts) | ("m", series_id, last_z, ts)
-# | ("a", alert_id, kind, entity, ts).
+# What validation keeps of a record besides its bytes, as a plain tuple: ("t", key)
+# | ("s", user_id, active, ts) | ("m", series_id, last_z, ts) | ("a", alert_id, kind, entity, ts).
 Summary = tuple
 
 

@@ -21,7 +21,7 @@ the end of a body are counted from the next read, so a head is never read furthe
 bound plus one read of the socket.
 
 *One send an answer.* The connection's transport joins the writes of one turn of the event
-loop (uvicorn writes an answer's head and its body apart) into one send (:class:`_OneSendTransport`).
+loop (uvicorn writes an answer's head and its body apart) into one send (:class:`OneSendTransport`).
 
 It extends uvicorn's httptools protocol (the one the API runs) at its documented parser
 callbacks and its transport; the uvicorn version is pinned in the lock.
@@ -47,7 +47,7 @@ def too_large(max_bytes: int) -> bytes:
     )
 
 
-class _OneSendTransport:
+class OneSendTransport:
     """A connection's transport whose writes in one turn of the event loop leave in one send.
 
     uvicorn writes a response's status line and headers, then its body, each straight to the
@@ -97,7 +97,7 @@ def request_head_protocol(timeout_s: float, max_bytes: int) -> type[asyncio.Prot
         _heads_done = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(_OneSendTransport(transport, self.loop))  # type: ignore[arg-type]
+            super().connection_made(OneSendTransport(transport, self.loop))  # type: ignore[arg-type]
             self._arm_head_deadline()
 
         def connection_lost(self, exc: Exception | None) -> None:
