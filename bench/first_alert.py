@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 
@@ -58,7 +58,10 @@ class FirstAlert(threading.Thread):
                              "isolation.level": "read_committed", "fetch.wait.max.ms": 10, "log_level": 0})
         try:
             while not self.stopping.is_set():  # the topic exists once the stack has created it
-                metadata = consumer.list_topics(self.topic, timeout=2).topics.get(self.topic)
+                try:
+                    metadata = consumer.list_topics(self.topic, timeout=2).topics.get(self.topic)
+                except KafkaException:  # compose publishes the port before the broker behind it answers
+                    metadata = None
                 if metadata is not None and metadata.error is None and metadata.partitions:
                     break
                 time.sleep(0.2)
