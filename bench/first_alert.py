@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="per run (default 300)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    if args.target != "run" and subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode != 0:
+        parser.error("the compose target needs a running Docker engine and the images built here: run `make images` "
+                     "first (it starts the engine, builds the images and points plain `docker compose` at them)")
     figures: dict[str, Any] = {}
     for target in ("run", "compose") if args.target == "both" else (args.target,):
         print(f"first alert after `{'make run' if target == 'run' else 'docker compose up -d --wait'}`, {args.runs} runs:", flush=True)
