@@ -20,6 +20,7 @@ from typing import Mapping
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from streamstate_jobs import class_archive
 from streamstate_jobs.code_shipping import is_local_master, ship_code
 from streamstate_pipeline.settings import Settings
 from streamstate_pipeline import binaries
@@ -136,8 +137,9 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     for key, value in conf.items():
         builder = builder.config(key, value)
     starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
-    if starts_jvm and is_local_master(master):
-        for key, value in checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, conf).items():
+    if starts_jvm:
+        launch = {**conf, **checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, conf)}
+        for key, value in {**launch, **class_archive.driver_conf(launch)}.items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

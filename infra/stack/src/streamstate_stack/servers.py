@@ -27,7 +27,7 @@ from pathlib import Path
 
 from streamstate_pipeline.errors import StackError
 from streamstate_stack.files import write_atomic
-from streamstate_pipeline import binaries
+from streamstate_pipeline import binaries, class_archives
 
 KAFKA_HEAP = "512m"
 # Kafka's own log4j 1.x layout (reload4j), to stdout, which the launcher sends to the log file.
@@ -56,6 +56,8 @@ class KafkaBroker:
     voters: str | None = None  # controller.quorum.voters of a cluster of several nodes; None: this node alone
     heap: str = KAFKA_HEAP
     overrides: tuple[tuple[str, str], ...] = ()  # broker settings over BROKER_SETTINGS (a cluster's: CLUSTER_SETTINGS)
+    # The JVM's own options; None maps the brokers' class archive when it was built (streamstate_stack.class_archive).
+    java_options: tuple[str, ...] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -94,8 +96,9 @@ class KafkaBroker:
 
     def java(self, main: str, *args: str) -> list[str]:
         _, log4j = self.write_config()
+        options = class_archives.use_options(broker_archive()) if self.java_options is None else self.java_options
         return [
-            "java", f"-Xmx{self.heap}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}",
+            "java", f"-Xmx{self.heap}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}", *options,
             "-cp", binaries.kafka_classpath(), main, *args,
         ]
 
@@ -120,6 +123,11 @@ class KafkaBroker:
     def argv(self) -> list[str]:
         config, _ = self.write_config()
         return self.java("kafka.Kafka", str(config))
+
+
+def broker_archive() -> Path:
+    """The class archive of a broker on this Kafka install (:mod:`streamstate_pipeline.class_archives`)."""
+    return class_archives.archive_path("kafka-broker", class_archives.classpath_entries(binaries.kafka_classpath()))
 
 
 def new_cluster_id() -> str:

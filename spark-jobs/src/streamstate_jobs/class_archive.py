@@ -1,0 +1,113 @@
+"""The Spark driver's class archive (:mod:`streamstate_pipeline.class_archives`).
+
+``make`` builds it (``python -m streamstate_jobs.class_archive``) from a short local run of
+what a job's driver loads: a SparkSession as :func:`~streamstate_jobs.spark.build_spark`
+builds it, a batch query through Arrow, and a streaming query of the state API that
+checkpoints its state in RocksDB. :func:`~streamstate_jobs.spark.build_spark` then gives it to
+every driver JVM it starts whose classpath it fits (``spark.driver.extraJavaOptions``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Mapping
+
+from streamstate_pipeline import class_archives
+
+if TYPE_CHECKING:  # pyspark is imported where a JVM is started: the up-to-date check needs none of it
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+PROGRAM = "spark-driver"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CLASSPATH = "spark.driver.extraClassPath"
+TRAINING_BATCHES = 3
+
+
+def driver_archive(conf: Mapping[str, str]) -> Path:
+    """The archive of a driver launched with ``conf`` (its extra classpath first, then Spark's jars)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars = Path(_find_spark_home(), "jars", "*")
+    classpath = class_archives.classpath_entries(os.pathsep.join(filter(None, (conf.get(CLASSPATH), str(jars)))))
+    return class_archives.archive_path(PROGRAM, classpath)
+
+
+def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """``spark.driver.extraJavaOptions`` mapping the driver's archive, the caller's options
+    kept; empty when no archive was built for this classpath."""
+    options = class_archives.use_options(driver_archive(conf))
+    return {JAVA_OPTIONS: " ".join(filter(None, (conf.get(JAVA_OPTIONS), *options)))} if options else {}
+
+
+def _exercise(spark: SparkSession) -> None:
+    """Load what a job's driver loads: SQL and Arrow, then the state API's streaming query."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from streamstate.state import State, StateSpec, map_with_state
+
+    def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from batches
+
+    spark.range(1000).mapInArrow(identity, "id long").groupBy((F.col("id") % 7).alias("k")).count().collect()
+    pa.array([1])  # noqa: B018 - pyarrow's own start, as the jobs' Arrow batches do
+
+    def count(key: str, value: int | None, state: State) -> tuple[str, int]:
+        total = (value or 0) + state.get_option(0)
+        state.update(total)
+        return (key, total)
+
+    with tempfile.TemporaryDirectory(prefix="streamstate-class-archive-") as scratch:
+        inputs, checkpoint = Path(scratch, "inputs"), Path(scratch, "checkpoint")
+        inputs.mkdir()
+        for batch in range(TRAINING_BATCHES):
+            Path(inputs, f"{batch}.json").write_text("".join(f'{{"key": "k{i % 50}", "count": 1}}\n' for i in range(200)))
+        events = spark.readStream.schema("key string, count int").option("maxFilesPerTrigger", 1).json(str(inputs))
+        result = map_with_state(events, key="key", spec=StateSpec.function(count), value="count")
+        def route(batch: DataFrame, _: int) -> None:
+            result.outputs_of(batch).count()
+
+        # Ends by itself once every file was read: a query stopped mid-batch fails its batch.
+        (
+            result.all.writeStream.foreachBatch(route)
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+            .awaitTermination()
+        )
+
+
+def _train(options: list[str]) -> None:
+    """One driver JVM started with ``options``, exercised, stopped, and waited for: it writes
+    the archive as it exits."""
+    from pyspark import SparkContext
+
+    from streamstate_jobs.spark import build_spark
+    from streamstate_pipeline.settings import Settings
+
+    spark = build_spark(Settings(), "streamstate-class-archive", **{JAVA_OPTIONS.replace(".", "__"): " ".join(options)})
+    try:
+        _exercise(spark)
+    finally:
+        spark.stop()
+        gateway = SparkContext._gateway  # noqa: SLF001 - the JVM PySpark started, which exits at its input's end
+        if gateway is not None:
+            process = gateway.proc  # PySpark sets it on the gateway it launches
+            process.stdin.close()
+            process.wait(timeout=600)
+
+
+def main() -> int:
+    from streamstate_jobs.spark import checkpoint_io_conf
+    from streamstate_pipeline import binaries
+
+    # The classpath build_spark gives a local driver.
+    archive = driver_archive(checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), "local[2]", {}))
+    class_archives.ensure(archive, "the Spark driver", _train)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

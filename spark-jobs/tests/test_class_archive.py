@@ -1,0 +1,31 @@
+"""Which Java options build_spark gives a driver for its class archive (no JVM: see
+tests/integration/test_class_archives.py for real ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamstate_jobs import class_archive
+from streamstate_pipeline import class_archives
+
+
+@pytest.fixture
+def archives(tmp_path, monkeypatch):
+    monkeypatch.setattr(class_archives, "ARCHIVES_DIR", tmp_path)
+    return tmp_path
+
+
+def test_no_archive_no_options(archives):
+    assert class_archive.driver_conf({}) == {}
+
+
+def test_the_archive_of_the_drivers_classpath_joins_the_callers_options(archives, tmp_path):
+    jar = tmp_path / "extra.jar"
+    jar.write_bytes(b"")
+    conf = {class_archive.CLASSPATH: str(jar), class_archive.JAVA_OPTIONS: "-Dmine=1"}
+    archive = class_archive.driver_archive(conf)
+    assert archive != class_archive.driver_archive({}), "another classpath, another archive"
+    archive.write_bytes(b"classes")
+    options = class_archive.driver_conf(conf)[class_archive.JAVA_OPTIONS].split()
+    assert options[:2] == ["-Dmine=1", f"-XX:SharedArchiveFile={archive}"]
+    assert class_archive.driver_conf({}) == {}, "the archive of another classpath is not given"
