@@ -39,7 +39,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "first_alert.json"
-BROKER_LINE = re.compile(r"Kafka broker\s+(\S+)")
+BROKER_LINE = re.compile(r"^\s+Kafka broker\s+(\S+:\d+)")  # the stack's table, not make's messages
 RUNNING_LINE = "streamstate is running"
 COMPOSE_BOOTSTRAP = f"127.0.0.1:{os.environ.get('KAFKA_HOST_PORT', '9092')}"
 
@@ -65,6 +65,8 @@ class FirstAlert(threading.Thread):
                 if metadata is not None and metadata.error is None and metadata.partitions:
                     break
                 time.sleep(0.2)
+            else:
+                return
             consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in metadata.partitions])
             while not self.stopping.is_set():
                 message = consumer.poll(0.1)
