@@ -77,8 +77,10 @@ def is_source_reset(error: object) -> bool:
     return SourceResetError.condition in conditions_in(str(error))
 
 
-def raise_if_lost_input(error: BaseException) -> None:
-    """Raise a SourceResetError from ``error`` when Spark failed it as lost Kafka input."""
+def raise_if_lost_input(error: BaseException, cause: BaseException | None = None) -> None:
+    """Raise a SourceResetError when Spark failed ``error`` as lost Kafka input, chained from
+    ``cause`` (default ``error``): in ``foreachBatch`` the short form of a Py4JJavaError, whose
+    whole text would break Spark's reading of a stop (:mod:`streamstate_jobs.spark_action_errors`)."""
     lost = _data_loss_conditions(error)
     if lost:
-        raise SourceResetError(f"Kafka input was lost under the checkpoint ({lost[0]})") from error
+        raise SourceResetError(f"Kafka input was lost under the checkpoint ({lost[0]})") from (cause or error)

@@ -76,10 +76,12 @@ def batch_router(
         try:
             summary = write_partitions(batch, settings, plan, transactions(batch_id))
         except (Py4JJavaError, CapturedException) as error:  # a Spark action of this batch failed in the JVM
-            raise_if_lost_input(error)
-            if isinstance(error, Py4JJavaError):  # its whole JVM stack trace would break Spark's reading of a stop
-                raise short_for_spark(error, batch_id) from None
-            raise
+            # A Py4JJavaError crosses back short: its whole JVM stack trace would break Spark's reading of a stop.
+            crossing = short_for_spark(error, batch_id) if isinstance(error, Py4JJavaError) else error
+            raise_if_lost_input(error, cause=crossing)
+            if crossing is error:
+                raise
+            raise crossing from None
         if metrics is not None:
             metrics.count_batch(summary.rows, topic_of_kind)
             for kind, payloads in summary.payloads.items():
