@@ -20,7 +20,9 @@ read_secret() {
 # Assignments, so that set -e stops the script when read_secret refuses a file.
 root_password="$(read_secret "$MINIO_ROOT_PASSWORD_FILE")"
 jobs_password="$(read_secret "$MINIO_JOBS_PASSWORD_FILE")"
-mc alias set local "$endpoint" "$MINIO_ROOT_USER" "$root_password" >/dev/null
+# Keys on standard input (mc's piped form), never as arguments: mc reads an argument that starts
+# with "-" as a flag, and a generated password does so once in 64 (URL-safe base64).
+printf '%s\n%s\n' "$MINIO_ROOT_USER" "$root_password" | mc alias set local "$endpoint" >/dev/null
 mc mb --ignore-existing "local/$S3_BUCKET"
 
 # What S3A does with checkpoints: list, read, write (multipart too), copy and delete objects in
@@ -46,7 +48,7 @@ cat >"$document" <<EOF
 EOF
 mc admin policy create local "$policy" "$document" >/dev/null
 # Creates the user, or sets its password to the file's (a password changed in .env takes effect).
-mc admin user add local "$MINIO_JOBS_USER" "$jobs_password" >/dev/null
+printf '%s\n%s\n' "$MINIO_JOBS_USER" "$jobs_password" | mc admin user add local >/dev/null
 # Attached once: MinIO refuses to attach a policy again. (No grep: MinIO's mc image is UBI micro.)
 case "$(mc admin user info local "$MINIO_JOBS_USER" --json)" in
     *"\"$policy\""*) ;;

@@ -329,7 +329,7 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     bucket = compose_defaults()["S3_BUCKET"]
     listing = stack.cli(
         "exec", "-T", "minio", "sh", "-c",
-        'mc alias set probe http://localhost:9000 "$MINIO_ROOT_USER" "$(cat "$MINIO_ROOT_PASSWORD_FILE")" >/dev/null'
+        'printf "%s\\n%s\\n" "$MINIO_ROOT_USER" "$(cat "$MINIO_ROOT_PASSWORD_FILE")" | mc alias set probe http://localhost:9000 >/dev/null'
         f" && mc ls --recursive probe/{bucket}/checkpoints/",
     )
     for job in ("sessions", "anomalies"):
