@@ -45,7 +45,6 @@ def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
 
 def _exercise(spark: SparkSession) -> None:
     """Load what a job's driver loads: SQL and Arrow, then the state API's streaming query."""
-    import pyarrow as pa
     from pyspark.sql import functions as F
 
     from streamstate.state import State, StateSpec, map_with_state
@@ -54,7 +53,6 @@ def _exercise(spark: SparkSession) -> None:
         yield from batches
 
     spark.range(1000).mapInArrow(identity, "id long").groupBy((F.col("id") % 7).alias("k")).count().collect()
-    pa.array([1])  # noqa: B018 - pyarrow's own start, as the jobs' Arrow batches do
 
     def count(key: str, value: int | None, state: State) -> tuple[str, int]:
         total = (value or 0) + state.get_option(0)
@@ -68,6 +66,7 @@ def _exercise(spark: SparkSession) -> None:
             Path(inputs, f"{batch}.json").write_text("".join(f'{{"key": "k{i % 50}", "count": 1}}\n' for i in range(200)))
         events = spark.readStream.schema("key string, count int").option("maxFilesPerTrigger", 1).json(str(inputs))
         result = map_with_state(events, key="key", spec=StateSpec.function(count), value="count")
+
         def route(batch: DataFrame, _: int) -> None:
             result.outputs_of(batch).count()
 
