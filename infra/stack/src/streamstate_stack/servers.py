@@ -98,7 +98,8 @@ class KafkaBroker:
         _, log4j = self.write_config()
         options = class_archives.use_options(broker_archive()) if self.java_options is None else self.java_options
         return [
-            "java", f"-Xmx{self.heap}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}", *options,
+            # The Java Kafka's own scripts (and PySpark) start, the one its class archive was built for.
+            str(class_archives.java_executable()), f"-Xmx{self.heap}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}", *options,
             "-cp", binaries.kafka_classpath(), main, *args,
         ]
 
