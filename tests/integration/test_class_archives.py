@@ -19,7 +19,6 @@ from streamstate_stack.launcher import free_port
 from streamstate_stack.servers import KafkaBroker, broker_archive
 
 DRIVER_PROBE = """
-import sys
 from streamstate_jobs.class_archive import driver_archive
 from streamstate_jobs.spark import build_spark
 from streamstate_pipeline.settings import Settings
@@ -41,11 +40,11 @@ def ensure_built(module: str, archive: Path) -> None:
 
 
 def test_a_spark_driver_built_by_build_spark_maps_the_driver_archive():
-    from streamstate_jobs import class_archive
-    from streamstate_jobs.spark import checkpoint_io_conf
+    from streamstate_jobs.class_archive import local_driver_archive
     from streamstate_pipeline import binaries
 
-    archive = class_archive.driver_archive(checkpoint_io_conf(binaries.checkpoint_io_jar(), "local[2]", {}))
+    binaries.checkpoint_io_jar()  # installed, as make installs it: the classpath the jobs run on
+    archive = local_driver_archive()
     ensure_built("streamstate_jobs.class_archive", archive)
     probe = subprocess.run([sys.executable, "-c", DRIVER_PROBE], capture_output=True, text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]

@@ -36,6 +36,15 @@ def driver_archive(conf: Mapping[str, str]) -> Path:
     return class_archives.archive_path(PROGRAM, classpath)
 
 
+def local_driver_archive() -> Path:
+    """The archive of the driver :func:`~streamstate_jobs.spark.build_spark` starts on a local
+    master (the checkpoint classes on its classpath when installed): the one ``make`` builds."""
+    from streamstate_jobs.spark import checkpoint_io_conf
+    from streamstate_pipeline import binaries
+
+    return driver_archive(checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), "local[2]", {}))
+
+
 def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """``spark.driver.extraJavaOptions`` mapping the driver's archive, the caller's options
     kept; empty when no archive was built for this classpath."""
@@ -99,12 +108,7 @@ def _train(options: list[str]) -> None:
 
 
 def main() -> int:
-    from streamstate_jobs.spark import checkpoint_io_conf
-    from streamstate_pipeline import binaries
-
-    # The classpath build_spark gives a local driver.
-    archive = driver_archive(checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), "local[2]", {}))
-    class_archives.ensure(archive, "the Spark driver", _train)
+    class_archives.ensure(local_driver_archive(), "the Spark driver", _train)
     return 0
 
 
