@@ -1,6 +1,8 @@
 """When the session builder checkpoints through spark-jobs/jvm/'s classes, its local file system
 and its checkpoint file manager (streamstate_jobs.spark.checkpoint_io_conf): only with its jar
-and a local master, keeping a caller's classpath and a caller's own classes."""
+and a local master, keeping a caller's classpath and a caller's own classes. A Spark that ships
+the jar among its own jars (the Spark image) gets the manager on any master
+(streamstate_jobs.spark.shipped_checkpoint_io_conf)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from streamstate_jobs.spark import (
     LOCAL_ABSTRACT_FILE_SYSTEM,
     LOCAL_FILE_SYSTEM,
     checkpoint_io_conf,
+    shipped_checkpoint_io_conf,
 )
+from streamstate_pipeline.binaries import CHECKPOINT_IO_JAR
 
 JAR = Path("/deps/checkpoint-io/streamstate-checkpoint-io.jar")
 
@@ -59,3 +63,12 @@ def test_outside_a_source_checkout_no_jar_is_looked_for(tmp_path, monkeypatch):
         assert binaries.checkpoint_io_jar(install=False) is None
     finally:
         binaries.versions.cache_clear()
+
+
+def test_a_spark_shipping_the_jar_checkpoints_through_its_manager(tmp_path):
+    """The image's every JVM (drivers, master, workers, executors) has Spark's jars on its
+    classpath, and no spark-defaults.conf (docs/profile.md: a class archive needs no file there)."""
+    assert shipped_checkpoint_io_conf(tmp_path, {}) == {}
+    (tmp_path / CHECKPOINT_IO_JAR).write_bytes(b"")
+    assert shipped_checkpoint_io_conf(tmp_path, {}) == {CHECKPOINT_FILE_MANAGER_KEY: CHECKPOINT_FILE_MANAGER}
+    assert shipped_checkpoint_io_conf(tmp_path, {CHECKPOINT_FILE_MANAGER_KEY: "com.example.Mine"}) == {}

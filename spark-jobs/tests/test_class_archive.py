@@ -29,3 +29,13 @@ def test_the_archive_of_the_drivers_classpath_joins_the_callers_options(archives
     options = class_archive.driver_conf(conf)[class_archive.JAVA_OPTIONS].split()
     assert options[:2] == ["-Dmine=1", f"-XX:SharedArchiveFile={archive}"]
     assert class_archive.driver_conf({}) == {}, "the archive of another classpath is not given"
+
+
+def test_an_output_that_exists_is_kept_without_starting_a_jvm(tmp_path, capsys, monkeypatch):
+    """The Spark image names its archive (--output); one already written is not written again."""
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"classes")
+    monkeypatch.setattr(class_archive, "_train", lambda options: pytest.fail("a JVM was started"))
+    assert class_archive.main(["--output", str(archive)]) == 0
+    assert archive.read_bytes() == b"classes"
+    assert f"up to date: {archive}" in capsys.readouterr().err

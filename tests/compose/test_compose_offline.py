@@ -259,8 +259,19 @@ def test_the_project_images_enter_through_file_env(path):
 
 
 def test_the_spark_ui_cannot_kill_in_the_image():
-    defaults = (REPO_ROOT / "infra" / "spark" / "spark-defaults.conf").read_text()
-    assert re.search(r"^spark\.ui\.killEnabled\s+false\s*$", defaults, re.MULTILINE)
+    """The daemons' UIs (the drivers' are the session builder's); the compose stack test reads
+    the master's live page."""
+    env = [rest for keyword, rest in Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile").instructions if keyword == "ENV"]
+    assert any(re.search(r"\bSPARK_DAEMON_JAVA_OPTS=.*-Dspark\.ui\.killEnabled=false\b", rest) for rest in env), env
+
+
+def test_the_spark_image_keeps_its_conf_directory_empty():
+    """Spark's launcher puts $SPARK_HOME/conf on every JVM's classpath, and Java maps no class
+    archive with a non-empty directory there."""
+    dockerfile = Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile")
+    targets = [rest.split()[-1] for keyword, rest in dockerfile.instructions if keyword in ("COPY", "ADD")]
+    assert not [target for target in targets if "/conf" in target], targets
+    assert "spark-defaults.conf" not in dockerfile.run_text()
 
 
 def test_the_spark_image_resolves_its_jars_as_the_native_install_does():

@@ -28,6 +28,7 @@ torn down (``down -v``) explicitly, whatever the outcome.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -40,7 +41,14 @@ import yaml
 from streamstate_jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANAGER_KEY
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 from streamstate_stack.launcher import free_port
-from tests.compose.compose_files import LOCAL_IMAGES_FILE, SECRET_READERS, SECRETS, compose, compose_defaults
+from tests.compose.compose_files import (
+    LOCAL_IMAGES_FILE,
+    SECRET_READERS,
+    SECRETS,
+    Dockerfile,
+    compose,
+    compose_defaults,
+)
 
 PROJECT = "streamstate-compose-test"
 JVM_OPTIONS_FILE = Path(__file__).with_name("jvm-options.override.yml")
@@ -60,6 +68,7 @@ DEMO_LOAD_S = 60
 # Topics every minute of demo traffic writes to (closed sessions and alerts need longer).
 DEMO_OUTPUTS = ("session-state", "metric-state", "event-counts")
 HEALTHY_WITHIN_S = 600
+CLASS_ARCHIVE = Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile").args["CLASS_ARCHIVE"]
 
 
 def docker_unavailable_reason() -> str | None:
@@ -149,6 +158,15 @@ class Stack:
             while self.job_batches(service) <= start[service]:
                 assert time.monotonic() < deadline, f"{service} runs no batches:\n{self.cli('logs', '--tail', '60', service)}"
                 time.sleep(3)
+
+    def driver_properties(self, service: str) -> dict[str, str]:
+        """The Spark properties of a job's driver, from its UI's REST API inside its container."""
+        probe = (
+            "import json, urllib.request; u = 'http://localhost:4040/api/v1/applications'; "
+            "a = json.load(urllib.request.urlopen(u, timeout=30))[0]['id']; "
+            "print(json.dumps(json.load(urllib.request.urlopen(f'{u}/{a}/environment', timeout=30))['sparkProperties']))"
+        )
+        return dict(json.loads(self.cli("exec", "-T", service, "python", "-c", probe)))
 
     def api_page(self, path: str) -> bytes:
         request = urllib.request.Request(f"{self.api_url}{path}", headers={"Authorization": f"Bearer {self.token}"})
@@ -249,6 +267,27 @@ def assert_kafka_tools_work(stack: Stack, outputs) -> None:
     assert "cleanup.policy=compact" in configs, configs[:1000]
 
 
+def assert_spark_jvms_map_the_class_archive(stack: Stack) -> None:
+    """Every Spark JVM of the image maps its class archive (spark-jobs/Dockerfile): the master, the
+    workers and the executors they started, and the drivers. A JVM that refused the archive runs
+    without it, silently; only its memory map tells."""
+    for service, least in (("spark-master", 1), ("spark-worker-1", 2), ("spark-worker-2", 2),
+                           ("sessions-job", 1), ("anomalies-job", 1)):
+        listing = stack.cli("exec", "-T", service, "sh", "-c",
+                            'for p in $(pgrep -x java); do grep -q "$0" /proc/$p/maps && echo "mapped $p" '
+                            '|| echo "unmapped $p $(tr "\\0" " " < /proc/$p/cmdline | cut -c1-300)"; done', CLASS_ARCHIVE)
+        lines = listing.splitlines()
+        assert len(lines) >= least and all(line.startswith("mapped ") for line in lines), f"{service}:\n{listing}"
+
+
+def assert_the_master_ui_cannot_kill(stack: Stack) -> None:
+    """The master's page lists the running jobs without kill links (SPARK_DAEMON_JAVA_OPTS)."""
+    probe = "import urllib.request; print(urllib.request.urlopen('http://localhost:8080', timeout=5).read().decode())"
+    page = stack.cli("exec", "-T", "spark-master", "python", "-c", probe)
+    assert "streamstate-sessions" in page and "streamstate-anomalies" in page, page[:2000]
+    assert "kill-link" not in page and "(kill)" not in page, "the master's UI offers kill links"
+
+
 def topic_ends(bootstrap: str, topics: tuple[str, ...]) -> dict[str, int]:
     """The sum of each topic's partitions' end offsets, from the host."""
     from confluent_kafka import Consumer
@@ -311,6 +350,8 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     batches = stack.batch_counts()
     feeder.feed(0)
     stack.wait_for_batches_since(batches)
+    assert_spark_jvms_map_the_class_archive(stack)
+    assert_the_master_ui_cannot_kill(stack)
     stack.kill("spark-worker-1")
     feeder.feed(1)
     stack.cli("start", "spark-worker-1")
@@ -343,9 +384,8 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
         whose = stack.cli("exec", "-T", service, "id", "-u").strip()
         assert sorted(filter(None, found)) == [f"{file} 400 {whose}" for file in expected], f"{service}: {found}"
     # ...written through spark-jobs/jvm/'s manager, one PUT a file (a class Spark could not load would have failed the jobs).
-    defaults = stack.cli("exec", "-T", "sessions-job", "sh", "-c",
-                         'ls "$SPARK_HOME/jars/streamstate-checkpoint-io.jar" && cat "$SPARK_HOME/conf/spark-defaults.conf"')
-    assert [CHECKPOINT_FILE_MANAGER_KEY, CHECKPOINT_FILE_MANAGER] in [line.split() for line in defaults.splitlines()], defaults
+    for service in JOB_METRICS_PORTS:
+        assert stack.driver_properties(service).get(CHECKPOINT_FILE_MANAGER_KEY) == CHECKPOINT_FILE_MANAGER, service
 
     # The worker's and the broker's kills failed tasks mid-write: their transactions were aborted.
     assert outputs.duplicates() == {}, f"a read_committed consumer sees records twice: {outputs.duplicates()}"

@@ -5,10 +5,15 @@ what a job's driver loads: a SparkSession as :func:`~streamstate_jobs.spark.buil
 builds it, a batch query through Arrow, and a streaming query of the state API that
 checkpoints its state in RocksDB. :func:`~streamstate_jobs.spark.build_spark` then gives it to
 every driver JVM it starts whose classpath it fits (``spark.driver.extraJavaOptions``).
+
+The Spark image runs the same training once as it is built (``--output``): its drivers,
+executors, master and workers all have Spark's jars for classpath, so they all map that one
+archive (spark-jobs/Dockerfile).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -107,8 +112,16 @@ def _train(options: list[str]) -> None:
             process.wait(timeout=600)
 
 
-def main() -> int:
-    class_archives.ensure(local_driver_archive(), "the Spark driver", _train)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m streamstate_jobs.class_archive",
+        description="Write the Spark driver's class archive, unless it exists.")
+    parser.add_argument(
+        "--output", type=Path, default=None,
+        help="the archive to write (default: the one build_spark maps on a local master, under .deps/class-archives); "
+        "the Spark image writes one that all its JVMs map, named in JDK_JAVA_OPTIONS")
+    args = parser.parse_args(argv)
+    class_archives.ensure(args.output or local_driver_archive(), "the Spark driver", _train)
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from pyspark import SparkContext
+from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
 from streamstate_jobs import class_archive
@@ -134,7 +135,7 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
     for key, value in _executor_conf(settings).items():
         builder = builder.config(key, value)
-    for key, value in conf.items():
+    for key, value in {**shipped_checkpoint_io_conf(Path(_find_spark_home(), "jars"), conf), **conf}.items():
         builder = builder.config(key, value)
     starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
     if starts_jvm:
@@ -176,6 +177,17 @@ def checkpoint_io_conf(jar: Path | None, master: str, conf: Mapping[str, str]) -
         if key not in conf:
             result[key] = value
     return result
+
+
+def shipped_checkpoint_io_conf(spark_jars: Path, conf: Mapping[str, str]) -> dict[str, str]:
+    """The S3 checkpoint file manager of ``spark-jobs/jvm/`` on any master when this Spark
+    ships its jar among its own (``spark_jars``), as the Spark image does for every JVM it
+    runs; a caller's own class wins. The image keeps no ``spark-defaults.conf`` that could
+    name it: Java refuses a class archive with a non-empty directory on the classpath, and
+    Spark's launcher puts ``$SPARK_HOME/conf`` there."""
+    if CHECKPOINT_FILE_MANAGER_KEY in conf or not (spark_jars / binaries.CHECKPOINT_IO_JAR).is_file():
+        return {}
+    return {CHECKPOINT_FILE_MANAGER_KEY: CHECKPOINT_FILE_MANAGER}
 
 
 def s3a_conf(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, str]:
