@@ -14,6 +14,7 @@ archive (spark-jobs/Dockerfile).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -30,6 +31,7 @@ PROGRAM = "spark-driver"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CLASSPATH = "spark.driver.extraClassPath"
 TRAINING_BATCHES = 3
+UNREACHABLE = "127.0.0.1:9"  # the discard port: no client finds anything listening there
 
 
 def driver_archive(conf: Mapping[str, str]) -> Path:
@@ -55,6 +57,53 @@ def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
     kept; empty when no archive was built for this classpath."""
     options = class_archives.use_options(driver_archive(conf))
     return {JAVA_OPTIONS: " ".join(filter(None, (conf.get(JAVA_OPTIONS), *options)))} if options else {}
+
+
+def _load_client_classes(spark: SparkSession) -> None:
+    """Where Spark's own jars hold Kafka's and S3A's (the Spark image), load the classes a
+    job's first batch loads of them: Kafka's source, admin client and consumer, and S3A's
+    client, each pointed at an address where nothing listens, so that each fails at once.
+    Elsewhere those jars come through ``spark.jars``, whose class loader no archive serves."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # noqa: S101 - set while the session runs
+    try:
+        jvm.java.lang.Class.forName("org.apache.kafka.clients.consumer.KafkaConsumer")
+    except Exception:  # noqa: BLE001 - py4j wraps the ClassNotFoundException
+        return
+    kafka = {"bootstrap.servers": UNREACHABLE, "default.api.timeout.ms": "1000", "request.timeout.ms": "500"}
+    source = spark.readStream.format("kafka").option("subscribe", "class-archive").option("fetchOffset.numRetries", "1")
+    for key, value in kafka.items():
+        source = source.option(f"kafka.{key}", value)
+    query = source.load().writeStream.format("noop").trigger(availableNow=True).start()
+    with contextlib.suppress(Exception):
+        query.awaitTermination(30)
+    query.stop()
+    properties = jvm.java.util.Properties()
+    deserializer = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
+    for key, value in {**kafka, "key.deserializer": deserializer, "value.deserializer": deserializer}.items():
+        properties.setProperty(key, value)
+    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(properties)
+    with contextlib.suppress(Exception):
+        consumer.assign(jvm.java.util.List.of(jvm.org.apache.kafka.common.TopicPartition("class-archive", 0)))
+        consumer.poll(jvm.java.time.Duration.ofMillis(500))
+    consumer.close(jvm.java.time.Duration.ofMillis(100))
+    hadoop = jvm.org.apache.hadoop.conf.Configuration(spark.sparkContext._jsc.hadoopConfiguration())
+    s3a = {
+        "fs.s3a.endpoint": f"http://{UNREACHABLE}", "fs.s3a.endpoint.region": "us-east-1", "fs.s3a.path.style.access": "true",
+        "fs.s3a.access.key": "class-archive", "fs.s3a.secret.key": "class-archive", "fs.s3a.impl.disable.cache": "true",
+        "fs.s3a.retry.limit": "0", "fs.s3a.attempts.maximum": "0",
+    }
+    for key, value in s3a.items():
+        hadoop.set(key, value)
+    path = jvm.org.apache.hadoop.fs.Path("s3a://class-archive/checkpoints/probe")
+    with contextlib.suppress(Exception):
+        files = path.getFileSystem(hadoop)
+        with contextlib.suppress(Exception):
+            files.exists(path)
+        with contextlib.suppress(Exception):
+            stream = files.create(path)
+            stream.close()
+        files.close()
 
 
 def _exercise(spark: SparkSession) -> None:
@@ -103,6 +152,7 @@ def _train(options: list[str]) -> None:
     spark = build_spark(Settings(), "streamstate-class-archive", **{JAVA_OPTIONS.replace(".", "__"): " ".join(options)})
     try:
         _exercise(spark)
+        _load_client_classes(spark)
     finally:
         spark.stop()
         gateway = SparkContext._gateway  # noqa: SLF001 - the JVM PySpark started, which exits at its input's end
