@@ -278,6 +278,9 @@ def assert_spark_jvms_map_the_class_archive(stack: Stack) -> None:
                             '|| echo "unmapped $p $(tr "\\0" " " < /proc/$p/cmdline | cut -c1-300)"; done', CLASS_ARCHIVE)
         lines = listing.splitlines()
         assert len(lines) >= least and all(line.startswith("mapped ") for line in lines), f"{service}:\n{listing}"
+    # ...and the executors' Python workers start through the jobs' launcher (no jar on their path).
+    daemons = stack.cli("exec", "-T", "spark-worker-1", "sh", "-c", "pgrep -af 'pyspark[.]daemon' || true")
+    assert daemons and all("streamstate-spark-python" in line for line in daemons.splitlines()), daemons
 
 
 def assert_the_master_ui_cannot_kill(stack: Stack) -> None:

@@ -1,4 +1,5 @@
-"""The Python executable Spark starts its workers with on local masters (``PYSPARK_PYTHON``).
+"""The Python executable Spark starts its workers with on local masters and in the Spark
+image (``PYSPARK_PYTHON``).
 
 Spark runs every Python process it starts as ``<python> -m <module>`` with
 ``$SPARK_HOME/python/lib/pyspark.zip``, the py4j zip and the spark-core jar first on
