@@ -265,6 +265,21 @@ def test_the_spark_ui_cannot_kill_in_the_image():
     assert any(re.search(r"\bSPARK_DAEMON_JAVA_OPTS=.*-Dspark\.ui\.killEnabled=false\b", rest) for rest in env), env
 
 
+def test_every_java_of_the_spark_image_maps_the_archive_it_builds_quietly():
+    """The archive the build writes is the one JDK_JAVA_OPTIONS names, with the JVM's CDS messages
+    off as everywhere else (class_archives.QUIET: they go to standard output); the compose stack
+    test reads the JVMs' memory maps."""
+    from streamstate_pipeline.class_archives import QUIET
+
+    dockerfile = Dockerfile.read(REPO_ROOT / "spark-jobs" / "Dockerfile")
+    archive = dockerfile.args["CLASS_ARCHIVE"]
+    assert "streamstate_jobs.class_archive --output ${CLASS_ARCHIVE}" in dockerfile.run_text()
+    env = [rest for keyword, rest in dockerfile.instructions if keyword == "ENV" and rest.startswith("JDK_JAVA_OPTIONS=")]
+    assert len(env) == 1
+    options = dockerfile.expand(env[0].partition("=")[2].strip('"')).split()
+    assert options == [f"-XX:SharedArchiveFile={archive}", *QUIET]
+
+
 def test_the_spark_image_keeps_its_conf_directory_empty():
     """Spark's launcher puts $SPARK_HOME/conf on every JVM's classpath, and Java maps no class
     archive with a non-empty directory there."""
