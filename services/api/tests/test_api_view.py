@@ -200,6 +200,19 @@ def test_series_and_the_extreme_zscores_kept_as_records_apply(tmp_path):
     assert view.series("b")[0] is None
 
 
+def test_extreme_zscores_of_equal_size_come_in_series_order_whatever_the_arrival(tmp_path):
+    """The same state gives the same list (and the same top N on /metrics), whether its records
+    came one by one, in one batch or from a reopened store (found by test_record_contracts)."""
+    for order in (("c", "a", "b"), ("b", "c", "a")):
+        view = new_view(max_alerts=10, path=tmp_path / "-".join(order))
+        for series_id in order:
+            feed(view, Source.SERIES, (series_id, metric_snapshot(series_id, -4.0 if series_id == "b" else 4.0).to_json()))
+        assert view.extreme_zscores() == [("a", 4.0), ("b", -4.0), ("c", 4.0)], order
+        assert view.extreme_zscores(2) == [("a", 4.0), ("b", -4.0)], order
+        close_stores()
+
+
+
 # ------------------------------------------------------------------------ alerts
 def test_alerts_deduplicated_newest_first_and_filtered():
     view = new_view(max_alerts=100)

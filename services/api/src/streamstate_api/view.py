@@ -487,13 +487,14 @@ class StateView:
             return {**sizes, "alerts": len(self._alerts)}
 
     def extreme_zscores(self, count: int | None = None) -> list[tuple[str, float]]:
-        """The series whose last |z| is above the threshold, largest |z| first, as (series_id, z);
-        at most ``count`` of them."""
+        """The series whose last |z| is above the threshold, largest |z| first and equal ones by
+        series id (not by arrival, which differs between a batch, single records and a reopened
+        store), as (series_id, z); at most ``count`` of them."""
         with self._lock:
             extremes = list(self._extremes.items())
         if count is None:
             count = len(extremes)
-        return heapq.nlargest(count, extremes, key=lambda item: abs(item[1]))
+        return heapq.nsmallest(count, extremes, key=lambda item: (-abs(item[1]), item[0]))
 
 
 def _set(current: dict, puts: dict, key: bytes, value: bytes | None) -> None:
