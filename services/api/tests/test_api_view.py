@@ -212,7 +212,6 @@ def test_extreme_zscores_of_equal_size_come_in_series_order_whatever_the_arrival
         close_stores()
 
 
-
 # ------------------------------------------------------------------------ alerts
 def test_alerts_deduplicated_newest_first_and_filtered():
     view = new_view(max_alerts=100)
