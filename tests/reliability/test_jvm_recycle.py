@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 BUDGET = 1  # Spark 4.2.0 leaks one or more connections a batch with data
 MOVED = "moving to a new JVM"
+SNAPSHOTTED = "snapshotted for the next start"  # streamstate_jobs.state_snapshots, before the old JVM ends
 
 
 def test_jobs_move_to_new_jvms_past_the_socket_budget_and_outputs_stay_exact(pipeline_stack):
@@ -37,6 +38,7 @@ def test_jobs_move_to_new_jvms_past_the_socket_budget_and_outputs_stay_exact(pip
     for name, job in jobs.items():
         wait_until(lambda j=job: MOVED in j.log_path.read_text(errors="replace") or not j.alive(), 420, f"{name} to move to a new JVM")
         assert job.alive(), f"{name} exited:\n{job.tail(40)}"
+        assert SNAPSHOTTED in job.log_path.read_text(errors="replace"), f"{name} moved without snapshotting its state:\n{job.tail(40)}"
 
     feeder.feed(1)
     outputs = collect_outputs(settings.bootstrap_servers, settings, scenario=feeder.scenario, timeout_s=420)

@@ -66,6 +66,7 @@ from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate_jobs.lost_input import error_conditions, is_source_reset
 from streamstate_jobs.outage import BrokerWatch, failure_message
+from streamstate_jobs.state_snapshots import StoppedQuery, snapshot_stopped
 from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger("streamstate_jobs")
@@ -248,9 +249,10 @@ def _last_commits(spark: SparkSession, spec: JobSpec, job_checkpoint: str) -> li
 def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested, sockets: SocketWatch | None):
     """Run the job's queries until stopped, drained (availableNow), failed or their JVM holds too
     many sockets; returns the failures, and whether the JVM is to be replaced."""
+    checkpoints = _checkpoints(spec, checkpoint)
     queries = [
         start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics)
-        for query, query_checkpoint in zip(spec.queries, _checkpoints(spec, checkpoint))
+        for query, query_checkpoint in zip(spec.queries, checkpoints)
     ]
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     watch = BrokerWatch(settings.kafka, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
@@ -276,6 +278,7 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
         for running in queries:
             if running.isActive:
                 running.stop()
+        snapshot_stopped(spark, [StoppedQuery(cp, str(q.runId)) for q, cp in zip(queries, checkpoints)])
     return [(q.name, q.exception()) for q in queries if q.exception() is not None], new_jvm
 
 
