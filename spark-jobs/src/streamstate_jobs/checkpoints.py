@@ -112,10 +112,19 @@ class CheckpointFiles:
 
     def batches(self, log: str) -> list[int]:
         """Batch ids in the checkpoint's ``offsets`` or ``commits`` log."""
-        folder = self._path(f"{self._root}/{log}")
+        return self.numbered(log)
+
+    def numbered(self, relative: str) -> list[int]:
+        """The numbers that name entries of a folder: batch ids in a log, operators in ``state``, partitions in an operator's folder."""
+        folder = self._path(f"{self._root}/{relative}")
         if not self._fs.exists(folder):
             return []
         return [int(s.getPath().getName()) for s in self._fs.listStatus(folder) if s.getPath().getName().isdigit()]
+
+    def qualified(self, relative: str) -> str:
+        """A location as Spark names it in the state stores' ids: qualified by its file system (``file:/...``, ``s3a://...``)."""
+        path = self._path(self._root)
+        return str(self._path(path.makeQualified(self._fs.getUri(), self._fs.getWorkingDirectory()).toUri().toString(), relative).toString())
 
     def discard_unstarted_leftovers(self) -> list[str]:
         """Delete the temporary files a kill left while Spark wrote the very first batch; returns their names.

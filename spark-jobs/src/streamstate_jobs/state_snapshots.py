@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from streamstate_jobs.checkpoints import CheckpointFiles
+
 log = logging.getLogger(__name__)
 
 STATE_STORE_PACKAGE = "org.apache.spark.sql.execution.streaming.state"
@@ -63,24 +65,13 @@ def snapshot_stopped(spark: SparkSession, queries: list[StoppedQuery]) -> int:
 def _loaded_providers(spark: SparkSession, query: StoppedQuery) -> list:
     """The StateStoreProviderIds of ``query``'s stores that this JVM holds loaded, found from the
     operator and partition folders of the checkpoint's ``state`` folder."""
-    jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem and Spark's state stores are only reachable through the JVM
-    state = jvm.__getattr__(STATE_STORE_PACKAGE)  # type: ignore[union-attr]  # PySpark types the JVM handle Optional; it is set while Spark runs
-    path = jvm.org.apache.hadoop.fs.Path(query.checkpoint)  # type: ignore[union-attr]
-    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # noqa: SLF001
-    # As Spark names the stores: the checkpoint qualified by its file system, then "state".
-    root = jvm.org.apache.hadoop.fs.Path(path.makeQualified(fs.getUri(), fs.getWorkingDirectory()).toUri().toString(), "state")  # type: ignore[union-attr]
-    if not fs.exists(root):
-        return []
-    run_id = jvm.java.util.UUID.fromString(query.run_id)  # type: ignore[union-attr]
-    providers = []
-    for operator in _numbered_folders(fs, root):
-        for partition in _numbered_folders(fs, jvm.org.apache.hadoop.fs.Path(root, str(operator))):  # type: ignore[union-attr]
-            store = state.StateStoreId(root.toString(), operator, partition, DEFAULT_STORE)
-            provider = state.StateStoreProviderId(store, run_id)
-            if state.StateStore.isLoaded(provider):
-                providers.append(provider)
-    return providers
-
-
-def _numbered_folders(fs, folder) -> list[int]:
-    return sorted(int(s.getPath().getName()) for s in fs.listStatus(folder) if s.isDirectory() and s.getPath().getName().isdigit())
+    state = spark._jvm.__getattr__(STATE_STORE_PACKAGE)  # type: ignore[union-attr]  # noqa: SLF001 - PySpark types the JVM handle Optional; it is set while Spark runs
+    run_id = spark._jvm.java.util.UUID.fromString(query.run_id)  # type: ignore[union-attr]  # noqa: SLF001
+    files = CheckpointFiles(spark, query.checkpoint)
+    root = files.qualified("state")
+    stores = (
+        state.StateStoreProviderId(state.StateStoreId(root, operator, partition, DEFAULT_STORE), run_id)
+        for operator in files.numbered("state")
+        for partition in files.numbered(f"state/{operator}")
+    )
+    return [store for store in stores if state.StateStore.isLoaded(store)]
