@@ -124,7 +124,7 @@ class CheckpointFiles:
     def qualified(self, relative: str) -> str:
         """A location as Spark names it in the state stores' ids: qualified by its file system (``file:/...``, ``s3a://...``)."""
         path = self._path(self._root)
-        return str(self._path(path.makeQualified(self._fs.getUri(), self._fs.getWorkingDirectory()).toUri().toString(), relative).toString())
+        return self._path(path.makeQualified(self._fs.getUri(), self._fs.getWorkingDirectory()).toUri().toString(), relative).toString()
 
     def discard_unstarted_leftovers(self) -> list[str]:
         """Delete the temporary files a kill left while Spark wrote the very first batch; returns their names.

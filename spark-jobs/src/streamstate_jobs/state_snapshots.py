@@ -49,9 +49,10 @@ def snapshot_stopped(spark: SparkSession, queries: list[StoppedQuery]) -> int:
     it; returns how many there were."""
     started, done = time.monotonic(), 0
     try:
+        state = spark._jvm.__getattr__(STATE_STORE_PACKAGE)  # type: ignore[union-attr]  # noqa: SLF001 - PySpark types the JVM handle Optional; Spark's state stores are only reachable through it
         for query in queries:
-            for provider in _loaded_providers(spark, query):
-                spark._jvm.__getattr__(STATE_STORE_PACKAGE).StateStore.doMaintenanceAndUnload(provider)  # type: ignore[union-attr]  # noqa: SLF001 - PySpark types the JVM handle Optional; Spark's state stores are only reachable through it
+            for provider in _loaded_providers(spark, state, query):
+                state.StateStore.doMaintenanceAndUnload(provider)
                 done += 1
     except Exception as exc:  # noqa: BLE001 - a Py4JJavaError from Spark's file I/O: the next start replays more, nothing is lost
         log.warning("state snapshot at stop failed after %d store(s) (the next start replays the changelogs since the last "
@@ -62,10 +63,10 @@ def snapshot_stopped(spark: SparkSession, queries: list[StoppedQuery]) -> int:
     return done
 
 
-def _loaded_providers(spark: SparkSession, query: StoppedQuery) -> list:
-    """The StateStoreProviderIds of ``query``'s stores that this JVM holds loaded, found from the
-    operator and partition folders of the checkpoint's ``state`` folder."""
-    state = spark._jvm.__getattr__(STATE_STORE_PACKAGE)  # type: ignore[union-attr]  # noqa: SLF001 - PySpark types the JVM handle Optional; it is set while Spark runs
+def _loaded_providers(spark: SparkSession, state, query: StoppedQuery) -> list:
+    """The StateStoreProviderIds of ``query``'s stores that this JVM holds loaded (``state``: Spark's
+    state store package in the JVM), found from the operator and partition folders of the
+    checkpoint's ``state`` folder."""
     run_id = spark._jvm.java.util.UUID.fromString(query.run_id)  # type: ignore[union-attr]  # noqa: SLF001
     files = CheckpointFiles(spark, query.checkpoint)
     root = files.qualified("state")
