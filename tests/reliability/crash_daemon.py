@@ -67,7 +67,8 @@ def commit(self) -> None:
     if POINT == IN_TRANSACTION:
         crash(f"task {partition} of batch {batch_id}: {self.delivery.sent} records acknowledged in its open transaction")
     if POINT == STALL:
-        MARKER.write_text(f"task {partition} of batch {batch_id} stalled with {self.delivery.sent} records in its open transaction\n")
+        MARKER.write_text(f"task {partition} of batch {batch_id} stalled with {self.delivery.sent} records in its open transaction "
+                          f"of transactional id {self.transactional_id}\n")
         _wait_for_release()
         return _commit(self)
     MEETING.mkdir(exist_ok=True)

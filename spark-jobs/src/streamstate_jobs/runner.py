@@ -9,7 +9,9 @@ are committed together) and exits non-zero with the error when the query fails.
 A failed query is restarted from its checkpoint with backoff (a budget of restarts in a row:
 a batch committed since the last restart renews it), except when another copy of the job
 runs on the same checkpoint (Spark finds the other's batch in the checkpoint, or the output
-transactions stay fenced: this copy stops, exit 2, and the other goes on), or when its input lost
+transactions are fenced and the checkpoint holds a batch this process did not commit, or they
+are fenced again before a batch commits: this copy stops, exit 2, and the other goes on; a
+first fence alone restarts, :class:`FenceAllowance`), or when its input lost
 records under the checkpoint (a topic recreated, emptied or truncated): restarting then
 would read on from offsets that no longer mean anything, and by the time of the restart a
 recreated topic may have grown past them, skipping its first records silently. The job
@@ -241,14 +243,54 @@ class RestartBudget:
         return delay
 
 
+@dataclass
+class FenceAllowance:
+    """One restart for output fenced while the checkpoint holds no other copy's batch.
+
+    A task's producer is fenced when another producer takes its transactional id: a task of
+    another copy of the job on the same checkpoint, which goes on to commit batches there, or
+    the producer itself: librdkafka can ask for its producer id twice when the broker answers
+    that the id's previous transaction is still completing (after a broker restart), and then
+    writes with the older epoch (librdkafka issue 3928). Only a batch in the checkpoint that
+    this process did not commit proves another copy; a fence without one gets one restart,
+    and a second before this process commits a batch stops the job, so that two copies
+    started together cannot take turns failing each other's batches for long.
+    """
+
+    used: bool = False
+
+    def renew(self) -> None:
+        self.used = False
+
+    def take(self) -> bool:
+        """Whether a fence may restart the job (True once until :meth:`renew`)."""
+        taken, self.used = not self.used, True
+        return taken
+
+
+@dataclass
+class QueriesRun:
+    """How a run of the job's queries ended."""
+
+    failures: list[tuple[str, object]]  # (query name, its error)
+    new_jvm: bool  # the JVM holds too many sockets and is to be replaced
+    completed: list[int]  # the last batch each query completed in this run (-1: none)
+
+    def committed_by_another(self, before: list[int], now: list[int]) -> bool:
+        """Whether a query's checkpoint gained a batch (commit log: ``before`` the run, ``now``)
+        that this run did not complete: another copy of the job committed it."""
+        return any(last > max(start, ours) for start, ours, last in zip(before, self.completed, now))
+
+
 def _last_commits(spark: SparkSession, spec: JobSpec, job_checkpoint: str) -> list[int]:
     """The last committed batch of each of the job's queries (-1 for none)."""
     return [max(CheckpointFiles(spark, cp).batches("commits"), default=-1) for cp in _checkpoints(spec, job_checkpoint)]
 
 
-def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested, sockets: SocketWatch | None):
+def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metrics, stop_requested,
+                 sockets: SocketWatch | None) -> QueriesRun:
     """Run the job's queries until stopped, drained (availableNow), failed or their JVM holds too
-    many sockets; returns the failures, and whether the JVM is to be replaced."""
+    many sockets."""
     checkpoints = _checkpoints(spec, checkpoint)
     queries = [
         start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics)
@@ -279,7 +321,11 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
             if running.isActive:
                 running.stop()
         snapshot_stopped(spark, [StoppedQuery(cp, str(q.runId)) for q, cp in zip(queries, checkpoints)])
-    return [(q.name, q.exception()) for q in queries if q.exception() is not None], new_jvm
+    return QueriesRun(
+        failures=[(q.name, q.exception()) for q in queries if q.exception() is not None],
+        new_jvm=new_jvm,
+        completed=[q.lastProgress.batchId if q.lastProgress else -1 for q in queries],
+    )
 
 
 # At a requested stop, how long the batches in flight may take to finish before they are cut short.
@@ -343,11 +389,12 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        budget = RestartBudget(settings.job_max_restarts)
-        committed = _last_commits(spark, spec, checkpoint)
+        budget, fence_allowance = RestartBudget(settings.job_max_restarts), FenceAllowance()
         while True:
-            failures, new_jvm = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
-            if new_jvm and not failures and not stop_requested.is_set() and sockets is not None:
+            before = _last_commits(spark, spec, checkpoint)
+            run = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
+            failures = run.failures
+            if run.new_jvm and not failures and not stop_requested.is_set() and sockets is not None:
                 log.warning(
                     "the Spark JVM holds %d connections their other end closed, over its budget of %d (Spark 4.2.0 "
                     "leaks one per stateful task, SPARK-58932): moving to a new JVM; the job resumes from its checkpoint %s",
@@ -359,18 +406,13 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 continue
             if not failures or stop_requested.is_set():
                 break
-            committed, before = _last_commits(spark, spec, checkpoint), committed
-            if committed != before:
+            if max(run.completed) >= 0:  # healthy until it failed
                 budget.renew()
-            fenced = any(is_fenced(error) or _another_copy(error) for _, error in failures)
-            fatal = None if fenced else _fatal_output(failures)
-            if fatal is not None:
-                # A restart would meet the same refusal: the task's error says what it is and what to do.
-                for name, error in failures:
-                    log.error("query %s: %s", name, _condition_text(error, fatal.condition))
-                log.error("the job stops (exit %d, %s): restarting it would meet the same error", fatal.exit_code, fatal.condition)
-                return fatal.exit_code
-            if fenced:
+                fence_allowance.renew()
+            fenced = any(is_fenced(error) for _, error in failures)
+            if any(_another_copy(error) for _, error in failures) or (
+                fenced and (run.committed_by_another(before, _last_commits(spark, spec, checkpoint)) or not fence_allowance.take())
+            ):
                 # Restarting would make the two copies take turns failing each other's batches.
                 log.error(
                     "another copy of this job runs on the checkpoint %s (it wrote the batch this one was writing, or took "
@@ -378,13 +420,26 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                     checkpoint,
                 )
                 return 2
+            if fenced:
+                log.warning(
+                    "the output transactions were fenced, and no other copy of this job has committed a batch to the "
+                    "checkpoint %s: restarting once (a producer can fence itself when a broker restarts, librdkafka "
+                    "issue 3928); fenced again before a batch commits, the job stops as another copy's",
+                    checkpoint,
+                )
+            fatal = None if fenced else _fatal_output(failures)
+            if fatal is not None:
+                # A restart would meet the same refusal: the task's error says what it is and what to do.
+                for name, error in failures:
+                    log.error("query %s: %s", name, _condition_text(error, fatal.condition))
+                log.error("the job stops (exit %d, %s): restarting it would meet the same error", fatal.exit_code, fatal.condition)
+                return fatal.exit_code
             if any(is_source_reset(error) for _, error in failures):
                 if not _source_reset(spark, settings, failures, _checkpoints(spec, checkpoint)):
                     return 2
                 if budget.next_delay() is None:  # starting over counts as a restart: lost input again and again ends the job
                     log.error("input records were lost under the checkpoint %d times in a row; the job stops", budget.used + 1)
                     return 2
-                committed = _last_commits(spark, spec, checkpoint)  # the checkpoints were moved aside
                 continue
             delay = budget.next_delay()
             next_step = (
