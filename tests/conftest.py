@@ -18,6 +18,13 @@ import uuid
 
 import pytest
 
+# gRPC's fork handlers (on by default in grpcio) make a forked child abort now and then while
+# the Spark Connect client of tests/connect/ is alive in this process: 12 of 1,000
+# Popen(preexec_fn=...) children died of SIGABRT, none with the handlers off. The children
+# that fork here (PySpark's JVM gateway, the launcher's servers) exec at once and use no gRPC.
+# Read once, when grpc is imported: so first thing, before anything imports it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from streamstate_pipeline.kinesis import ensure_local_credentials
 from streamstate_stack.profiles import EMBEDDED, PRODUCTION
 from streamstate_pipeline.settings import Settings
