@@ -33,28 +33,35 @@ from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def _stalled_anomalies_job(stack, marker, name: str):
-    """The anomalies job, its first task with records stalled in its open transaction."""
+def _stalled_pipeline(stack, tmp_path, chunks: int, name: str):
+    """The scenario's first of ``chunks`` fed, the sessions job running, and the anomalies job
+    (``name``) with its first task with records stalled in its open transaction."""
+    settings = stack.settings
+    feeder = Feeder(settings.bootstrap_servers, settings, build_scenario(7, events=800, metrics=500), chunks)
+    marker = tmp_path / "anomalies-stalled"
+    feeder.feed(0)
+    sessions = stack.start_job("sessions")
     job = stack.spawn(name, [sys.executable, "-m", "tests.reliability.crash_at", STALL, "anomalies"],
                       extra_env={"STREAMSTATE_TEST_CRASH_MARKER": str(marker)})
     wait_until(marker.exists, 240, f"the anomalies job to stall in a transaction:\n{job.tail(30)}")
-    return job
+    return feeder, marker, sessions, job
+
+
+def _release(marker) -> None:
+    """The stalled task goes on to commit."""
+    marker.with_name(marker.name + ".release").touch()
 
 
 def test_a_stuck_old_driver_cannot_commit_after_a_new_copy_started(pipeline_stack, tmp_path):
     stack, settings = pipeline_stack, pipeline_stack.settings
-    feeder = Feeder(settings.bootstrap_servers, settings, build_scenario(7, events=800, metrics=500), 2)
-    marker = tmp_path / "anomalies-stalled"
-    feeder.feed(0)
-    sessions = stack.start_job("sessions")
-    old = _stalled_anomalies_job(stack, marker, "anomalies-job-old")
+    feeder, marker, sessions, old = _stalled_pipeline(stack, tmp_path, 2, "anomalies-job-old")
 
     new = stack.start_job("anomalies")
     feeder.feed(1)
     outputs = collect_outputs(settings.bootstrap_servers, settings, scenario=feeder.scenario, timeout_s=300)
     assert_outputs_match(feeder.scenario, outputs, settings)
 
-    marker.with_name(marker.name + ".release").touch()  # the old driver wakes up and tries to commit
+    _release(marker)  # the old driver wakes up and tries to commit
     wait_until(lambda: not old.alive(), 120, f"the fenced old job to stop:\n{old.tail(30)}")
     assert old.popen.returncode == 2, old.tail(30)
     assert "another copy of this job runs on the checkpoint" in old.log_path.read_text(errors="replace")
@@ -71,16 +78,12 @@ def test_a_stuck_old_driver_cannot_commit_after_a_new_copy_started(pipeline_stac
 
 def test_a_fence_no_other_copy_follows_restarts_the_job_once(pipeline_stack, tmp_path):
     stack, settings = pipeline_stack, pipeline_stack.settings
-    feeder = Feeder(settings.bootstrap_servers, settings, build_scenario(7, events=800, metrics=500), 1)
-    marker = tmp_path / "anomalies-stalled"
-    feeder.feed(0)
-    sessions = stack.start_job("sessions")
-    job = _stalled_anomalies_job(stack, marker, "anomalies-job-fenced")
+    feeder, marker, sessions, job = _stalled_pipeline(stack, tmp_path, 1, "anomalies-job-fenced")
 
     # Takes the task's transactional id, as the job's own second InitProducerId did, and commits nothing.
     transactional_id = re.search(r"transactional id (\S+)", marker.read_text()).group(1)
     Producer({**producer_config(settings.kafka), "transactional.id": transactional_id}).init_transactions(30)
-    marker.with_name(marker.name + ".release").touch()
+    _release(marker)
 
     def log() -> str:
         return job.log_path.read_text(errors="replace")
