@@ -1,11 +1,11 @@
 """The jobs' restart budget (streamstate_jobs.runner.RestartBudget): failures in a row with
 backoff; a committed batch renews it, so a long-running job outlives many outages. A fenced
-output restarts once (FenceAllowance) unless the checkpoint holds another copy's batch
+output restarts once (a budget of one) unless the checkpoint holds another copy's batch
 (QueriesRun.committed_by_another)."""
 
 from __future__ import annotations
 
-from streamstate_jobs.runner import FenceAllowance, QueriesRun, RestartBudget
+from streamstate_jobs.runner import QueriesRun, RestartBudget
 
 
 def test_backoff_doubles_up_to_a_minute_then_the_budget_is_spent():
@@ -26,14 +26,6 @@ def test_progress_between_failures_renews_the_budget():
     budget.next_delay()
     budget.next_delay()
     assert budget.next_delay() is None, "two failures in a row without a commit spend a budget of two"
-
-
-def test_a_fence_restarts_once_until_a_batch_commits():
-    allowance = FenceAllowance()
-    assert allowance.take()
-    assert not allowance.take(), "fenced again before a batch committed: another copy"
-    allowance.renew()
-    assert allowance.take()
 
 
 def run_that_completed(*batches: int) -> QueriesRun:

@@ -11,7 +11,7 @@ a batch committed since the last restart renews it), except when another copy of
 runs on the same checkpoint (Spark finds the other's batch in the checkpoint, or the output
 transactions are fenced and the checkpoint holds a batch this process did not commit, or they
 are fenced again before a batch commits: this copy stops, exit 2, and the other goes on; a
-first fence alone restarts, :class:`FenceAllowance`), or when its input lost
+first fence alone restarts), or when its input lost
 records under the checkpoint (a topic recreated, emptied or truncated): restarting then
 would read on from offsets that no longer mean anything, and by the time of the restart a
 recreated topic may have grown past them, skipping its first records silently. The job
@@ -244,31 +244,6 @@ class RestartBudget:
 
 
 @dataclass
-class FenceAllowance:
-    """One restart for output fenced while the checkpoint holds no other copy's batch.
-
-    A task's producer is fenced when another producer takes its transactional id: a task of
-    another copy of the job on the same checkpoint, which goes on to commit batches there, or
-    the producer itself: librdkafka can ask for its producer id twice when the broker answers
-    that the id's previous transaction is still completing (after a broker restart), and then
-    writes with the older epoch (librdkafka issue 3928). Only a batch in the checkpoint that
-    this process did not commit proves another copy; a fence without one gets one restart,
-    and a second before this process commits a batch stops the job, so that two copies
-    started together cannot take turns failing each other's batches for long.
-    """
-
-    used: bool = False
-
-    def renew(self) -> None:
-        self.used = False
-
-    def take(self) -> bool:
-        """Whether a fence may restart the job (True once until :meth:`renew`)."""
-        taken, self.used = not self.used, True
-        return taken
-
-
-@dataclass
 class QueriesRun:
     """How a run of the job's queries ended."""
 
@@ -389,7 +364,12 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        budget, fence_allowance = RestartBudget(settings.job_max_restarts), FenceAllowance()
+        # A fence proves another copy of the job only with a batch in a checkpoint that this process
+        # did not commit: librdkafka can also fence its own producer, asking for its producer id twice
+        # when a restarted broker is still completing the id's previous transaction (librdkafka issue
+        # 3928). So a fence without one restarts once; a second before a batch commits stops the job,
+        # so that two copies started together cannot take turns failing each other's batches for long.
+        budget, fence_budget = RestartBudget(settings.job_max_restarts), RestartBudget(max_restarts=1)
         while True:
             before = _last_commits(spark, spec, checkpoint)
             run = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
@@ -408,10 +388,10 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
                 break
             if max(run.completed) >= 0:  # healthy until it failed
                 budget.renew()
-                fence_allowance.renew()
+                fence_budget.renew()
             fenced = any(is_fenced(error) for _, error in failures)
             if any(_another_copy(error) for _, error in failures) or (
-                fenced and (run.committed_by_another(before, _last_commits(spark, spec, checkpoint)) or not fence_allowance.take())
+                fenced and (run.committed_by_another(before, _last_commits(spark, spec, checkpoint)) or fence_budget.next_delay() is None)
             ):
                 # Restarting would make the two copies take turns failing each other's batches.
                 log.error(
