@@ -12,6 +12,7 @@ tombstoned on ``metric-state``. The job's declaration is :data:`JOB`.
 
 from __future__ import annotations
 
+import operator
 from functools import partial
 from typing import Any
 
@@ -26,23 +27,23 @@ from streamstate_jobs.runner import job_main
 from streamstate_jobs.validation import dead_letter_row
 from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import Settings
-from streamstate.state import Emit, State, StateSpec
+from streamstate.state import Columns, Emit, State, StateSpec
 
-def on_series(rule: anomalies.AnomalyRule, series_id: str, points: list[dict[str, Any]], state: State):
-    """Batch function: fold the series' new values in arrival (offset) order."""
+_ARRIVAL_ORDER = operator.itemgetter(0, 1)  # (partition, offset)
+
+def on_series(rule: anomalies.AnomalyRule, series_id: str, points: Columns, state: State):
+    """Columnar function: fold the series' new values in arrival (offset) order."""
     if state.is_timing_out():
         return  # idle: not updating removes the series (tombstone)
     current = state.get() if state.exists() else anomalies.new_state()
-    points.sort(key=lambda p: (p["partition"], p["offset"]))
-    for point in points:
-        try:
-            alert = anomalies.observe(current, series_id, point["ts"], point["value"], rule)
-        except anomalies.Rejected as rejected:
-            source = (point["topic"], point["partition"], point["offset"], point["kafka_ts"])
-            yield dead_letter_row(refused_point(str(rejected), series_id, point["ts"], point["value"], source))
-            continue
-        if alert is not None:
-            yield Emit(Kind.ALERT, alert.alert_id, alert.model_dump_json())
+    arrived = sorted(zip(points["partition"], points["offset"], points["ts"], points["value"], range(points.num_rows)), key=_ARRIVAL_ORDER)
+    for position, outcome in anomalies.fold(current, series_id, [(ts, value) for _, _, ts, value, _ in arrived], rule):
+        if isinstance(outcome, anomalies.Rejected):
+            partition, offset, ts, value, row = arrived[position]
+            source = (points["topic"][row], partition, offset, points["kafka_ts"][row])
+            yield dead_letter_row(refused_point(str(outcome), series_id, ts, value, source))
+        else:
+            yield Emit(Kind.ALERT, outcome.alert_id, outcome.model_dump_json())
     if current["count"]:
         state.update(current)
 
@@ -58,7 +59,7 @@ STATE_COLUMNS = ("series_id", "ts", "value", "topic", "partition", "offset")
 def state_spec(settings: Settings) -> StateSpec:
     rule = anomalies.AnomalyRule.from_settings(settings)
     return (
-        StateSpec.batch_function(partial(on_series, rule))
+        StateSpec.columnar_function(partial(on_series, rule))
         .event_time("ts")
         .timeout(settings.series_idle_timeout_ms)
         .snapshots(partial(series_snapshot, rule))

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
+from collections.abc import Iterable
 from typing import Any
 
 from streamstate_pipeline.contracts import Alert, LastAnomaly, MetricSnapshot
@@ -111,20 +112,21 @@ def _root(value: int) -> int:
 def window_stats(state: dict[str, Any]) -> tuple[float, float]:
     """(mean, population std) of the window from the exact sums; both are within the range of
     the window's values, so neither can overflow."""
-    n = len(state["window"])
-    if n == 0 or state["scale"] is None:
+    if not state["window"] or state["scale"] is None:
         return 0.0, 0.0
-    scale = state["scale"]
-    mean = _times_power(state["s1"], scale, n)
-    spread = _spread(state)
+    return _stats(len(state["window"]), state["scale"], state["s1"], _spread(state))
+
+
+def _stats(n: int, scale: int, s1: int, spread: int) -> tuple[float, float]:
+    mean = _times_power(s1, scale, n)
     # std = sqrt(n^2 var) / n, in units of 2**scale
     std = _times_power(_root(spread), scale - _ROOT_BITS, n) if spread else 0.0
     return mean, std
 
 
-def _deviation(state: dict[str, Any], units: int) -> int:
-    """n * |value - mean| in units of 2**scale, exactly."""
-    return abs(len(state["window"]) * units - state["s1"])
+def _z(deviation: int, spread: int) -> float:
+    """z = n|value - mean| / sqrt(n^2 var), from the exact integers."""
+    return (deviation << _ROOT_BITS) / _root(spread)
 
 
 def running_sum_overflow_reason(total: float, value: float) -> str:
@@ -138,63 +140,105 @@ def observe(state: dict[str, Any], series_id: str, ts: int, value: float, rule: 
     """Fold one value into the series' state (in place); return an anomaly alert or None.
 
     Raises :class:`Rejected`, with the state untouched, when the value cannot be applied."""
-    value = float(value)
-    if not math.isfinite(state["sum"] + value):
-        raise Rejected(running_sum_overflow_reason(state["sum"], value))
-    m, e = _split(value)
-    scale = state["scale"]
-    if m and (scale is None or e < scale):
-        if scale is not None:  # a finer value: the sums move to its unit
-            state["s1"] <<= scale - e
-            state["s2"] <<= 2 * (scale - e)
-        state["scale"] = scale = e
-    units = _scaled(m, e, scale) if m else 0
+    for _, outcome in fold(state, series_id, ((ts, value),), rule):
+        if isinstance(outcome, Rejected):
+            raise outcome
+        return outcome
+    return None
+
+
+def fold(
+    state: dict[str, Any], series_id: str, points: Iterable[tuple[int, float]], rule: AnomalyRule
+) -> list[tuple[int, Alert | Rejected]]:
+    """Fold ``(ts, value)`` points into the series' state in order (in place); return the alerts
+    raised and the values refused (:class:`Rejected`, the state as if they never came), each with
+    its position in ``points``.
+
+    The same as :func:`observe` one value at a time, bit for bit, at a fraction of its cost
+    (a batch's values are most of the job's work): the state's fields live in locals until the
+    end, and z, an integer square root, is computed only where it is seen, for an alert and for
+    the last value applied (``last_z``); whether a value is an anomaly never needs it."""
+    outcomes: list[tuple[int, Alert | Rejected]] = []
     window = state["window"]
-    window.append(value)
-    state["s1"] += units
-    state["s2"] += units * units
-    if len(window) > rule.window:
-        old_m, old_e = _split(window.pop(0))
-        evicted = _scaled(old_m, old_e, scale) if old_m else 0
-        state["s1"] -= evicted
-        state["s2"] -= evicted * evicted
-
-    state["count"] += 1
-    state["sum"] += value
-    state["min"] = value if state["min"] is None else min(state["min"], value)
-    state["max"] = value if state["max"] is None else max(state["max"], value)
-    state["ts"] = ts if state["ts"] is None else max(state["ts"], ts)
-    state["last_value"] = value
-
-    if len(window) <= rule.min_count:
-        state["last_z"] = None
-        return None
-    spread, deviation = _spread(state), _deviation(state, units)
-    if spread == 0:
-        z = None  # a constant window: the value equals the mean
-        anomalous = deviation != 0
-    else:
-        # z = n|value - mean| / sqrt(n^2 var); anomalous when z > threshold, compared squared.
-        z = (deviation << _ROOT_BITS) / _root(spread)
-        num, den = rule.threshold_ratio
-        anomalous = deviation * deviation * den * den > num * num * spread
-    state["last_z"] = z
-    if not anomalous:
-        return None
-    mean, std = window_stats(state)
-    state["last_anomaly"] = {"ts": ts, "value": value, "z": z}
-    z_text = "inf (window is constant)" if z is None else f"{z:.2f}"
-    return Alert.build(
-        "anomaly",
-        series_id,
-        ts,
-        f"{series_id}: value {value:g} is {z_text} standard deviations from the window mean {mean:g}",
-        value=value,
-        mean=mean,
-        std=std,
-        z=z,
-        window_size=len(window),
+    scale, s1, s2 = state["scale"], state["s1"], state["s2"]
+    count, total, low, high, newest = state["count"], state["sum"], state["min"], state["max"], state["ts"]
+    last_value, last_z, last_anomaly = state["last_value"], state["last_z"], state["last_anomaly"]
+    pending: tuple[int, int] | None = None  # (deviation, spread) of the last value, its z not yet computed
+    size, min_count = rule.window, rule.min_count
+    num, den = rule.threshold_ratio
+    isfinite = math.isfinite
+    for position, (ts, value) in enumerate(points):
+        value = float(value)
+        if not isfinite(total + value):
+            outcomes.append((position, Rejected(running_sum_overflow_reason(total, value))))
+            continue
+        m, d = value.as_integer_ratio()  # value == m * 2**e exactly (_split, inline: once per value)
+        e = 1 - d.bit_length()
+        if m and (scale is None or e < scale):
+            if scale is not None:  # a finer value: the sums move to its unit
+                s1 <<= scale - e
+                s2 <<= 2 * (scale - e)
+            scale = e
+        units = m << (e - scale) if m else 0
+        window.append(value)
+        s1 += units
+        s2 += units * units
+        n = len(window)
+        if n > size:
+            old_m, old_d = window.pop(0).as_integer_ratio()
+            n -= 1
+            if old_m:
+                evicted = old_m << (1 - old_d.bit_length() - scale)
+                s1 -= evicted
+                s2 -= evicted * evicted
+        count += 1
+        total += value
+        # min() and max() without their calls: the same choice (the first of equals, -0.0 or 0.0 as it came).
+        if low is None or value < low:
+            low = value
+        if high is None or value > high:
+            high = value
+        if newest is None or ts > newest:
+            newest = ts
+        last_value = value
+        pending = None
+        if n <= min_count:
+            last_z = None
+            continue
+        spread = n * s2 - s1 * s1
+        deviation = abs(n * units - s1)
+        if spread == 0:
+            last_z = None  # a constant window: the value equals the mean
+            if deviation == 0:
+                continue
+        else:
+            # Anomalous when z > threshold, compared squared and exactly.
+            if deviation * deviation * den * den <= num * num * spread:
+                pending = (deviation, spread)
+                continue
+            last_z = _z(deviation, spread)
+        z = last_z
+        mean, std = _stats(n, scale, s1, spread)
+        last_anomaly = {"ts": ts, "value": value, "z": z}
+        z_text = "inf (window is constant)" if z is None else f"{z:.2f}"
+        outcomes.append((position, Alert.build(
+            "anomaly",
+            series_id,
+            ts,
+            f"{series_id}: value {value:g} is {z_text} standard deviations from the window mean {mean:g}",
+            value=value,
+            mean=mean,
+            std=std,
+            z=z,
+            window_size=n,
+        )))
+    if pending is not None:
+        last_z = _z(*pending)
+    state.update(
+        scale=scale, s1=s1, s2=s2, count=count, sum=total, min=low, max=high, ts=newest,
+        last_value=last_value, last_z=last_z, last_anomaly=last_anomaly,
     )
+    return outcomes
 
 
 def snapshot(series_id: str, state: dict[str, Any], rule: AnomalyRule) -> MetricSnapshot:
