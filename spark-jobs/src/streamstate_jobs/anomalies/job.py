@@ -29,7 +29,9 @@ from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import Settings
 from streamstate.state import Columns, Emit, State, StateSpec
 
+
 _ARRIVAL_ORDER = operator.itemgetter(0, 1)  # (partition, offset)
+
 
 def on_series(rule: anomalies.AnomalyRule, series_id: str, points: Columns, state: State):
     """Columnar function: fold the series' new values in arrival (offset) order."""

@@ -26,10 +26,10 @@ dead-letters it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from collections.abc import Iterable
 from typing import Any
 
 from streamstate_pipeline.contracts import Alert, LastAnomaly, MetricSnapshot
@@ -42,17 +42,6 @@ _ROOT_BITS = 64
 
 class Rejected(JobError, ValueError):
     """A valid value the rule cannot apply; the series' state is left untouched."""
-
-
-def _split(value: float) -> tuple[int, int]:
-    """(m, e) with value == m * 2**e exactly (m = 0 for zero)."""
-    num, den = value.as_integer_ratio()
-    return num, 1 - den.bit_length()
-
-
-def _scaled(m: int, e: int, scale: int) -> int:
-    """m * 2**e in units of 2**scale (e >= scale)."""
-    return m << (e - scale)
 
 
 def _times_power(x: int, exponent: int, n: int) -> float:
@@ -172,7 +161,7 @@ def fold(
         if not isfinite(total + value):
             outcomes.append((position, Rejected(running_sum_overflow_reason(total, value))))
             continue
-        m, d = value.as_integer_ratio()  # value == m * 2**e exactly (_split, inline: once per value)
+        m, d = value.as_integer_ratio()  # value == m * 2**e exactly
         e = 1 - d.bit_length()
         if m and (scale is None or e < scale):
             if scale is not None:  # a finer value: the sums move to its unit
