@@ -1,10 +1,9 @@
 """The anomalies job's columnar function against the rule applied one value at a time.
 
 The job folds a series' values of a batch at once (``anomalies.fold``); ``anomalies.observe``
-folds one. Over
-hostile-but-valid values (subnormals, both zeros, constant runs, values that take the running
-sum out of a double and are refused) the two must leave the same state, bit for bit, and give
-the same alerts and dead letters in the same order.
+folds one. Over hostile-but-valid values (subnormals, both zeros, constant runs, values that
+take the running sum out of a double and are refused) the two must leave the same state, bit
+for bit, and give the same alerts and dead letters in the same order.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ from streamstate.state.columns import ROW_VALUES, Columns
 from streamstate_jobs.anomalies import job as anomalies_job
 from streamstate_jobs.anomalies import rules as anomalies
 from streamstate_jobs.kinds import Kind
+from streamstate_jobs.rules.dead_letters import refused_point
 from streamstate_jobs.validation import dead_letter_row
-from streamstate_jobs.anomalies.job import refused_point
 
 RULE = anomalies.AnomalyRule(window=12, threshold=2.5, min_count=4)
 
