@@ -111,10 +111,14 @@ def main() -> None:
     clock = Clock()
 
     def visit_all(packed: pa.Table) -> int:
-        rows = 0
+        # One visit per bucket with all its blobs, as Spark groups the packed rows by bucket.
+        blobs_by_bucket: dict[int, list[bytes]] = {}
         for bucket, blob in zip(packed.column(BUCKET).to_pylist(), packed.column(BLOB).to_pylist()):
+            blobs_by_bucket.setdefault(bucket, []).append(blob)
+        rows = 0
+        for bucket, blobs in blobs_by_bucket.items():
             processor.store = stores.setdefault(bucket, MemoryBucketStore())
-            for frame in processor.handleInputRows((bucket,), iter([pd.DataFrame({BLOB: [blob]})]), clock):
+            for frame in processor.handleInputRows((bucket,), iter([pd.DataFrame({BLOB: blobs})]), clock):
                 rows += len(frame)
         return rows
 
