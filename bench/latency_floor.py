@@ -34,7 +34,7 @@ from streamstate_jobs.context import JobContext
 from streamstate_jobs.runner import start_query
 from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, Settings
-from streamstate.state import Emit, State
+from streamstate.state import Columns, Emit, State, StateSpec
 
 SAMPLE_EVERY = 500
 
@@ -94,15 +94,21 @@ def start_spark_floor(spark: SparkSession, settings: Settings, checkpoint: str) 
     )
 
 
-def forward_sampled(series_id: str, points: list[dict[str, Any]], state: State) -> Iterator[Emit]:
-    """The ``machinery`` floor's rule: no state read or written."""
-    for point in points:
-        if point["offset"] % SAMPLE_EVERY == 0:
-            yield Emit(Kind.ALERT, f"floor-{point['partition']}-{point['offset']}", sampled_alert(series_id, point["ts"]))
+def forward_sampled(series_id: str, points: Columns, state: State) -> Iterator[Emit]:
+    """The ``machinery`` floor's rule: no state read or written. A columnar function, as the
+    job's own is (the spec it replaces the function of says so)."""
+    for partition, offset, ts in zip(points["partition"], points["offset"], points["ts"]):
+        if offset % SAMPLE_EVERY == 0:
+            yield Emit(Kind.ALERT, f"floor-{partition}-{offset}", sampled_alert(series_id, ts))
+
+
+def machinery_spec(settings: Settings) -> StateSpec:
+    """The job's own spec (buckets, timeout, snapshots, event time) with the floor's rule."""
+    return replace(anomalies_job.state_spec(settings), func=forward_sampled)
 
 
 def _build_machinery(ctx: JobContext):
-    spec = replace(anomalies_job.state_spec(ctx.settings), func=forward_sampled)
+    spec = machinery_spec(ctx.settings)
     return ctx.keyed_state_rows(Metric, "series_id", anomalies_job.STATE_COLUMNS, spec, snapshots=Kind.METRIC_STATE)
 
 

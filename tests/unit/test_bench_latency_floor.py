@@ -7,9 +7,10 @@ import json
 import pandas as pd
 
 from bench.latency import phase_medians
-from bench.latency_floor import SAMPLE_EVERY, ForwardSampled, forward_sampled
+from bench.latency_floor import SAMPLE_EVERY, ForwardSampled, machinery_spec
 from streamstate_jobs.kinds import Kind
-from streamstate.state import State
+from streamstate.state.tester import StateTester
+from streamstate_pipeline.settings import Settings
 
 
 def _points(offsets: list[int]) -> list[dict]:
@@ -17,14 +18,17 @@ def _points(offsets: list[int]) -> list[dict]:
 
 
 def test_the_machinery_rule_forwards_the_sampled_points_and_keeps_no_state():
-    state = State("s-1")
-    rows = list(forward_sampled("s-1", _points([0, 1, SAMPLE_EVERY - 1, SAMPLE_EVERY, 3 * SAMPLE_EVERY]), state))
+    # Through the spec the floor runs (the job's, with its rule replaced), so that a rule of
+    # another form than the job's function fails here: it dead-lettered every point once.
+    tester = StateTester(machinery_spec(Settings()))
+    points = _points([0, 1, SAMPLE_EVERY - 1, SAMPLE_EVERY, 3 * SAMPLE_EVERY])
+    rows = tester.run_batch([("s-1", point, point["ts"]) for point in points])
     assert [row.kind for row in rows] == [Kind.ALERT] * 3
     assert [json.loads(row.payload) for row in rows] == [
         {"kind": "anomaly", "series_id": "s-1", "ts": 1_000 + o} for o in (0, SAMPLE_EVERY, 3 * SAMPLE_EVERY)
     ]
     assert len({row.key for row in rows}) == 3
-    assert not state.exists()
+    assert tester.state_of("s-1") is None
 
 
 def test_the_spark_processor_forwards_the_same_points():
