@@ -7,6 +7,7 @@ import io
 import pytest
 
 from streamstate_producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
+from streamstate_producers.kafka_writer import _wait
 from streamstate_producers.pacing import ProgressLine, TokenBucket
 from streamstate_producers.scenario import ScenarioError, read_scenario, write_scenario
 
@@ -77,6 +78,43 @@ def test_token_bucket_lets_a_slow_caller_catch_up_only_by_its_burst():
     clock.now += 60  # idle for a minute
     assert [bucket.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
     assert bucket.delay() == pytest.approx(0.1)
+
+
+class MillisecondPoll:
+    """``confluent_kafka.Producer.poll`` as librdkafka times it: whole milliseconds, so less
+    than one returns at once. Refuses to be spun on."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.calls = 0
+
+    def poll(self, timeout: float) -> int:
+        self.calls += 1
+        if self.calls > 100_000:
+            raise AssertionError("poll spun: called again and again without waiting")
+        self.clock.now += int(timeout * 1000) / 1000
+        return 0
+
+
+def test_a_wait_shorter_than_a_millisecond_waits_instead_of_spinning():
+    clock = FakeClock()
+    producer = MillisecondPoll(clock)
+    _wait(producer, clock.now + 0.0002, clock)  # a record's wait at 5,000 records/s
+    assert producer.calls == 1
+    assert 100.0002 <= clock.now <= 100.001
+
+
+@pytest.mark.parametrize("rate", [300.0, 5_000.0, 100_000.0])
+def test_paced_sends_keep_the_rate_with_millisecond_waits(rate):
+    clock = FakeClock()
+    bucket, producer = TokenBucket(rate, clock=clock), MillisecondPoll(clock)
+    sends = int(rate * 2)
+    for _ in range(sends):
+        _wait(producer, clock.now + bucket.delay(), clock)
+    # As with exact waits (the test above) to within one wait: a longer wait is made up by
+    # the bucket's tokens, never by more than the rate.
+    assert clock.now - 100.0 == pytest.approx((sends - bucket.capacity) / rate, abs=0.001)
+    assert producer.calls <= 2 * sends  # a wait's whole milliseconds, then at most one more
 
 
 def test_token_bucket_refuses_a_non_positive_rate():

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -181,10 +181,17 @@ def produce_records(
     )
 
 
-def _wait(producer: Producer, until: float) -> None:
-    """Sleep until ``until`` while serving delivery reports."""
-    while (left := until - time.monotonic()) > 0:
-        producer.poll(left)
+# librdkafka's poll waits whole milliseconds: asked for less, it returns at once.
+POLL_GRANULARITY_S = 0.001
+
+
+def _wait(producer: Producer, until: float, clock: Callable[[], float] = time.monotonic) -> None:
+    """Sleep until ``until`` while serving delivery reports, a millisecond at least: a shorter
+    poll returned at once, and the loop spun a core until ``until`` (at 5,000 records/s a
+    record's wait is 0.2 ms). Waiting up to a millisecond longer keeps the rate, since the
+    token bucket then lets the next records go at once."""
+    while (left := until - clock()) > 0:
+        producer.poll(max(left, POLL_GRANULARITY_S))
 
 
 def _send(producer: Producer, record: ProducedRecord, deliveries: _Deliveries) -> None:
