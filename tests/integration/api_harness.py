@@ -37,11 +37,14 @@ def make_topics(new_topic) -> ApiTopics:
 def publish(bootstrap: str, topic: str, records: list[tuple[str | bytes | None, bytes | None]], partition: int | None = None) -> None:
     """Write (key, value) records and wait until the broker has them all."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    where = {} if partition is None else {"partition": partition}
     for key, value in records:
-        if partition is None:
-            producer.produce(topic, key=key, value=value)
-        else:
-            producer.produce(topic, key=key, value=value, partition=partition)
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, **where)
+                break
+            except BufferError:  # librdkafka's local queue (100,000 records) is full: let it drain
+                producer.poll(0.05)
         producer.poll(0)
     assert producer.flush(30) == 0, "records not delivered"
 

@@ -187,7 +187,7 @@ POLL_GRANULARITY_S = 0.001
 
 def _wait(producer: Producer, until: float, clock: Callable[[], float] = time.monotonic) -> None:
     """Sleep until ``until`` while serving delivery reports, a millisecond at least: a shorter
-    poll returned at once, and the loop spun a core until ``until`` (at 5,000 records/s a
+    poll returns at once, and the loop would spin a core until ``until`` (at 5,000 records/s a
     record's wait is 0.2 ms). Waiting up to a millisecond longer keeps the rate, since the
     token bucket then lets the next records go at once."""
     while (left := until - clock()) > 0:
