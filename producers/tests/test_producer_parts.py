@@ -111,8 +111,8 @@ def test_paced_sends_keep_the_rate_with_millisecond_waits(rate):
     sends = int(rate * 2)
     for _ in range(sends):
         _wait(producer, clock.now + bucket.delay(), clock)
-    # As with exact waits (the test above) to within one wait: a longer wait is made up by
-    # the bucket's tokens, never by more than the rate.
+    # As with exact waits (test_token_bucket_holds_the_rate_when_its_delays_are_honoured), to
+    # within one wait: a longer wait is made up by the bucket's tokens, never beyond the rate.
     assert clock.now - 100.0 == pytest.approx((sends - bucket.capacity) / rate, abs=0.001)
     assert producer.calls <= 2 * sends  # a wait's whole milliseconds, then at most one more
 
