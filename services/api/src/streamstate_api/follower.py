@@ -60,6 +60,22 @@ _BETWEEN_READS_WAIT_S = 30.0  # for the serving loop to run a callback: it runs 
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 
 
+def next_records(consumer: Consumer, caught_up: bool, wait_s: float = _POLL_S) -> list[Message]:
+    """The records to apply next, waiting up to ``wait_s`` for one.
+
+    While catching up, a batch of up to ``_BATCH`` records (large batches carry the rebuild's
+    rate). Once caught up, what the consumer holds, returned as soon as there is anything:
+    ``consume(_BATCH, timeout)`` waits for a whole batch or the whole timeout, so at a few
+    hundred records a second every snapshot waited up to the timeout before the API served it."""
+    if not caught_up:
+        return consumer.consume(_BATCH, timeout=wait_s)
+    queued = consumer.consume(_BATCH, timeout=0)
+    if queued:
+        return queued
+    first = consumer.consume(1, timeout=wait_s)
+    return first + consumer.consume(_BATCH - 1, timeout=0) if first else first
+
+
 def source_topics(settings: Settings) -> dict[Source, str]:
     """The topic each source of the view is read from."""
     return {
@@ -236,7 +252,7 @@ class ViewFollower(threading.Thread):
                 if self._view.damage is not None:  # found by a request, or by our own reads
                     raise StoreDamaged(self._view.damage)
                 waited = time.monotonic()
-                messages = consumer.consume(_BATCH, timeout=_POLL_S)
+                messages = next_records(consumer, self._caught_up)
                 self._fetch_wait_s += time.monotonic() - waited
                 if messages:
                     batch = self._consumed(messages)

@@ -1,0 +1,64 @@
+"""How the API's view follower reads its topics, against the real broker: whole batches while it
+catches up, and once caught up a record as soon as it arrives."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from streamstate_api.follower import next_records
+from tests.integration.api_harness import publish
+
+pytestmark = pytest.mark.timeout(120)
+
+# Far longer than any read here takes: a read that waits it out has waited for a fuller batch.
+LONG_WAIT_S = 20.0
+
+
+def _consumer(bootstrap: str, topic: str) -> Consumer:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "follower-reads", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    return consumer
+
+
+def _read_one(consumer: Consumer, caught_up: bool, wait_s: float = LONG_WAIT_S) -> tuple[list, float]:
+    started = time.monotonic()
+    records = next_records(consumer, caught_up, wait_s=wait_s)
+    return records, time.monotonic() - started
+
+
+def test_once_caught_up_a_new_record_is_read_at_once_not_after_the_wait(bootstrap, new_topic):
+    """Before, the follower asked for 5,000 records with a 200 ms timeout: at a few hundred
+    snapshots a second every one waited out the timeout before the API served it."""
+    topic = new_topic(1, "follower-reads")
+    consumer = _consumer(bootstrap, topic)
+    try:
+        assert _read_one(consumer, caught_up=True, wait_s=1.0)[0] == [], "nothing is there yet"
+        publish(bootstrap, topic, [(b"u1", b"first")], partition=0)
+        records, waited = _read_one(consumer, caught_up=True)
+        assert [r.value() for r in records] == [b"first"]
+        assert waited < LONG_WAIT_S / 2, f"the read waited {waited:.1f} s for more records"
+
+        publish(bootstrap, topic, [(f"u{i}".encode(), b"%d" % i) for i in range(300)], partition=0)
+        time.sleep(1)  # fetched: the next read takes what the consumer holds, not one record
+        records, _ = _read_one(consumer, caught_up=True)
+        assert len(records) > 1 and [r.value() for r in records] == [b"%d" % i for i in range(len(records))]
+    finally:
+        consumer.close()
+
+
+def test_while_catching_up_a_read_waits_for_a_whole_batch(bootstrap, new_topic):
+    """Catching up keeps the large batches that carry the rebuild's rate: the read waits for up
+    to 5,000 records (here it waits the whole wait, since fewer are there)."""
+    wait_s = 3.0
+    topic = new_topic(1, "follower-reads")
+    publish(bootstrap, topic, [(b"u1", b"only")], partition=0)
+    consumer = _consumer(bootstrap, topic)
+    try:
+        records, waited = _read_one(consumer, caught_up=False, wait_s=wait_s)
+        assert [r.value() for r in records] == [b"only"]
+        assert waited >= wait_s * 0.9, "catching up reads whole batches"
+    finally:
+        consumer.close()
