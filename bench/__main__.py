@@ -141,16 +141,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def java_version(stderr: str) -> str:
+    """The version line of ``java -version`` (with JAVA_TOOL_OPTIONS set the JVM first prints "Picked up ...")."""
+    return next((line for line in stderr.splitlines() if " version " in line), "unknown")
+
+
 def machine() -> dict[str, Any]:
     import pyspark
 
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     return {
         "cores": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "pyspark": pyspark.__version__,
-        "java": java[0] if java else "unknown",
+        "java": java_version(subprocess.run(["java", "-version"], capture_output=True, text=True).stderr),
+        # The broker's and Spark's JVMs inherit them: C1 only, as `make run` starts the jobs, moves figures.
+        "jvm_options": os.environ.get("JAVA_TOOL_OPTIONS", ""),
         "platform": platform.platform(),
     }
 

@@ -347,13 +347,19 @@ def _run_time(setup: dict[str, Any]) -> str:
     return f"The whole `make bench` run took {minutes:.1f} min."
 
 
+def java_description(machine: dict[str, Any]) -> str:
+    """The Java the run used and the options its JVMs got (results from before the field: none were given)."""
+    options = machine.get("jvm_options")
+    return f"{machine['java']}, " + (f"JVM options `{options}` (JAVA_TOOL_OPTIONS)" if options else "the JVMs' default options")
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The results table with the machine and setup it was measured on."""
     m, s = doc["machine"], doc["setup"]
     stamps = sorted(f["measured_at"] for f in doc["figures"].values() if "measured_at" in f)
     when = f"between {stamps[0]} and {stamps[-1]} (a partial `--only` run replaces its figures)" if stamps else doc["date"]
     lines = [
-        f"Measured {when} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {m['java']}.",
+        f"Measured {when} on {m['cores']} cores ({m['platform']}), Python {m['python']}, PySpark {m['pyspark']}, {java_description(m)}.",
         f"Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}"
         + (": other work shared the machine, so every figure is noisy." if m["load_average_at_start"][0] > m["cores"] else "."),
         _run_time(s),
