@@ -104,7 +104,10 @@ def user_venv(tmp_path_factory) -> UserVenv:
     run([sys.executable, "-m", "venv", root], env=activated(root), timeout=300)
     constraints = work / "constraints.txt"
     constraints.write_text("\n".join(lock_constraints()) + "\n")
-    run([root / "bin" / "pip", "install", "--quiet", "--disable-pip-version-check", "-c", constraints, spark_pin(), wheel], env=activated(root), timeout=600)
+    # --no-compile: the same files installed, their bytecode written at first import instead of
+    # for every module up front (pyspark's, pandas', pyarrow's: 66 s of the install against 26 s, measured).
+    run([root / "bin" / "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check", "-c", constraints, spark_pin(), wheel],
+        env=activated(root), timeout=600)
     listed = run([root / "bin" / "pip", "list", "--format=json", "--disable-pip-version-check"], env=activated(root), timeout=120).stdout
     return UserVenv(root, wheel, {normalized(p["name"]): p["version"] for p in json.loads(listed)})
 
