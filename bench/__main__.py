@@ -155,7 +155,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "pyspark": pyspark.__version__,
         "java": java_version(subprocess.run(["java", "-version"], capture_output=True, text=True).stderr),
-        # The broker's and Spark's JVMs inherit them: C1 only, as `make run` starts the jobs, moves figures.
+        # They reach the broker's and Spark's JVMs, and C1 only (`make run`'s options) moves the figures.
         "jvm_options": os.environ.get("JAVA_TOOL_OPTIONS", ""),
         "platform": platform.platform(),
     }
