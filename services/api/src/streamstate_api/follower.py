@@ -69,10 +69,7 @@ def next_records(consumer: Consumer, caught_up: bool, wait_s: float = _POLL_S) -
     hundred records a second every snapshot waited up to the timeout before the API served it."""
     if not caught_up:
         return consumer.consume(_BATCH, timeout=wait_s)
-    queued = consumer.consume(_BATCH, timeout=0)
-    if queued:
-        return queued
-    first = consumer.consume(1, timeout=wait_s)
+    first = consumer.consume(1, timeout=wait_s)  # at once when a record is already there
     return first + consumer.consume(_BATCH - 1, timeout=0) if first else first
 
 
