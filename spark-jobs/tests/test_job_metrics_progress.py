@@ -63,6 +63,13 @@ def test_sample_sums_state_operators_and_measures_watermark_delay():
     assert sample.source_lag == {"user-events": 10}
 
 
+def test_the_progress_json_as_parsed_gives_the_same_sample():
+    """The jobs' listener hands over the JVM's progress JSON, parsed: the same figures as PySpark's object."""
+    as_json = progress_json()
+    assert progress_sample(as_json) == progress_sample(StreamingQueryProgress.fromJson(as_json))
+    assert progress_sample(as_json).source_lag == {"user-events": 10}
+
+
 def test_epoch_watermark_means_no_delay_yet():
     raw = progress_json(eventTime={"watermark": "1970-01-01T00:00:00.000Z"})
     assert progress_sample(StreamingQueryProgress.fromJson(raw)).watermark_delay_seconds is None

@@ -42,6 +42,11 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
 
     port = free_port()
     metrics = JobMetrics(job_named("metrics-test"), port=port)
+    # Each progress crosses from the JVM as its JSON, one py4j call (PySpark's listener rebuilt
+    # it field by field: a sixth of a core on the listener bus at two batches a second).
+    received = []
+    record_progress = metrics.record_progress
+    metrics.record_progress = lambda progress: (received.append(progress), record_progress(progress))
     listener = metrics.attach(spark)
     query = None
     try:
@@ -74,6 +79,7 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
         # 3 s delay plus a batch or two, never by hours and never ahead of it.
         assert 0 < value(samples, "streamstate_job_watermark_delay_seconds", **labels) < 120
         assert value(samples, "streamstate_job_processed_rows_per_second", **labels) >= 0
+        assert received and all(type(progress) is dict for progress in received), {type(p) for p in received}
 
         metrics.alerts.labels(kind="anomaly").inc(2)
         metrics.dead_letters.labels(stage="clock_skew").inc()
