@@ -421,15 +421,21 @@ def _make_listener(metrics: JobMetrics) -> Any:
             except Exception:  # noqa: BLE001 - a metrics bug must not stop a query
                 log.exception("metrics listener failed in %s", getattr(action, "__name__", action))
 
+        def record_jvm_progress(self, jevent: Any) -> None:
+            """A progress event from the JVM, read as its JSON (see :class:`_ProgressAsJson`)."""
+
+            def record_progress_json() -> None:
+                metrics.record_progress(json.loads(jevent.progress().json()))
+
+            self._safely(record_progress_json)
+
         @property
         def _jlistener(self) -> Any:
-            """What Spark's listener bus calls (PySpark registers this object): ours, as PySpark's but for progress."""
+            """The wrapper PySpark registers with Spark, around our py4j object instead of PySpark's."""
             if not hasattr(self, "_jlistenerobj"):
                 from pyspark import SparkContext
 
-                self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(  # type: ignore[union-attr]  # noqa: SLF001
-                    _ProgressAsJson(self, lambda progress_json: self._safely(metrics.record_progress, json.loads(progress_json)))
-                )
+                self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))  # type: ignore[union-attr]  # noqa: SLF001
             return self._jlistenerobj
 
     return _MetricsListener()
@@ -445,9 +451,8 @@ class _ProgressAsJson:
     than the query's own thread. The other events are rare and small, and pass as PySpark passes them.
     """
 
-    def __init__(self, listener: Any, on_progress_json: Any):
+    def __init__(self, listener: Any):
         self._listener = listener
-        self._on_progress_json = on_progress_json
 
     def onQueryStarted(self, jevent: Any) -> None:  # noqa: N802 - Spark's interface
         from pyspark.sql.streaming.listener import QueryStartedEvent
@@ -455,7 +460,7 @@ class _ProgressAsJson:
         self._listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
 
     def onQueryProgress(self, jevent: Any) -> None:  # noqa: N802
-        self._on_progress_json(jevent.progress().json())
+        self._listener.record_jvm_progress(jevent)
 
     def onQueryIdle(self, jevent: Any) -> None:  # noqa: N802
         from pyspark.sql.streaming.listener import QueryIdleEvent
