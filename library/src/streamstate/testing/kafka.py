@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from streamstate.errors import UnavailableError
 
@@ -118,16 +118,20 @@ class KafkaBroker:
 
     def read_committed(self, topic: str, timeout_s: float = 60.0) -> list[tuple[bytes | None, bytes | None]]:
         """Every committed (key, value) of ``topic``, as a ``read_committed`` consumer sees it:
-        records of aborted transactions are not there, and an open transaction's are waited for."""
+        records of aborted transactions are not there, and a transaction open when the read
+        starts is waited for until it commits or aborts (at most ``timeout_s``)."""
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap_servers, "group.id": f"streamstate-testing-{uuid.uuid4().hex[:8]}",
             "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False,
+            # A partition's end is known from an empty fetch, which the broker holds for this long.
+            "fetch.wait.max.ms": 10,
         })
         try:
             metadata = consumer.list_topics(topic, timeout=30).topics[topic]
             if metadata.error is not None:
                 raise KafkaTestError(f"reading {topic}: {metadata.error}")
             partitions = sorted(metadata.partitions)
+            ends = self._ends(topic, partitions)
             consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
             records: list[tuple[bytes | None, bytes | None]] = []
             finished: set[int] = set()
@@ -135,17 +139,33 @@ class KafkaBroker:
             while len(finished) < len(partitions):
                 if time.monotonic() > deadline:
                     raise KafkaTestError(f"reading {topic}: partitions {sorted(set(partitions) - finished)} not at their end within {timeout_s:g} s")
-                for message in consumer.consume(1000, timeout=0.5):
+                # consume() returns early only with all 1,000 records: a short wait per call.
+                for message in consumer.consume(1000, timeout=0.05):
                     error = message.error()
                     if error is None:
                         records.append((message.key(), message.value()))
                     elif error.code() == KafkaError._PARTITION_EOF:
-                        finished.add(message.partition() or 0)
+                        # A read_committed consumer's end is the last stable offset: short of the
+                        # partition's end while a transaction is open.
+                        if (message.offset() or 0) >= ends[message.partition() or 0]:
+                            finished.add(message.partition() or 0)
                     else:
                         raise KafkaTestError(f"reading {topic}: {error}")
             return records
         finally:
             consumer.close()
+
+
+    def _ends(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """Each partition's end, open transactions' records included (the high watermark)."""
+        futures = self._admin.list_offsets(
+            {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=30,
+        )
+        try:
+            return {tp.partition: future.result().offset for tp, future in futures.items()}
+        except KafkaException as error:
+            raise KafkaTestError(f"reading the ends of {topic}: {error}") from error
 
 
 class KafkaContainer:
