@@ -35,13 +35,19 @@ def test_committed_records_are_read_and_aborted_ones_are_not(bootstrap):
     assert sorted(broker.read_committed(topic)) == [(b"committed", b"3"), (b"plain", b"1")]
 
 
+def open_transaction(bootstrap: str, topic: str, partition: int) -> Producer:
+    """A producer whose transaction holds one acknowledged record on ``partition``, still open."""
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"open", value=b"1", partition=partition)
+    producer.flush(30)
+    return producer
+
+
 def test_an_open_transaction_is_waited_for_until_it_commits(bootstrap):
     broker = KafkaBroker(bootstrap)
     topic = broker.new_topic(partitions=2)
-    producer = transactional_producer(bootstrap)
-    producer.begin_transaction()
-    producer.produce(topic, key=b"open", value=b"1", partition=0)
-    producer.flush(30)
+    producer = open_transaction(bootstrap, topic, partition=0)
     committer = threading.Timer(2.0, lambda: producer.commit_transaction(30))
     committer.start()
     try:
@@ -53,10 +59,7 @@ def test_an_open_transaction_is_waited_for_until_it_commits(bootstrap):
 def test_a_transaction_left_open_fails_the_read_naming_the_partition(bootstrap):
     broker = KafkaBroker(bootstrap)
     topic = broker.new_topic(partitions=2)
-    producer = transactional_producer(bootstrap)
-    producer.begin_transaction()
-    producer.produce(topic, key=b"open", value=b"1", partition=1)
-    producer.flush(30)
+    producer = open_transaction(bootstrap, topic, partition=1)
     try:
         with pytest.raises(StreamstateError, match=r"partitions \[1\] not at their end within 3 s"):
             broker.read_committed(topic, timeout_s=3)
