@@ -147,8 +147,9 @@ class KafkaBroker:
                     elif error.code() == KafkaError._PARTITION_EOF:
                         # A read_committed consumer's end is the last stable offset: short of the
                         # partition's end while a transaction is open.
-                        if (message.offset() or 0) >= ends[message.partition() or 0]:
-                            finished.add(message.partition() or 0)
+                        partition = message.partition() or 0
+                        if (message.offset() or 0) >= ends[partition]:
+                            finished.add(partition)
                     else:
                         raise KafkaTestError(f"reading {topic}: {error}")
             return records
