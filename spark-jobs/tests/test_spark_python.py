@@ -1,17 +1,22 @@
 """The launcher Spark starts its Python processes with (streamstate_jobs.spark_python): with Spark's
 own PYTHONPATH (its zips and the spark-core jar first), the module runs as ``python -m`` would
-and imports the installed, byte-compiled PySpark."""
+and imports the installed, byte-compiled PySpark; PySpark's daemon gets the collector between
+tasks, which collects what the last task left and freezes the rest."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pyspark
+import pytest
 
 from streamstate_jobs.spark import LAUNCHER as LAUNCHER_NAME, worker_python
+from streamstate_jobs.spark_python import BetweenTasksCollector
 
 LAUNCHER = Path(sys.executable).with_name(LAUNCHER_NAME)
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -47,3 +52,70 @@ def test_anything_but_dash_m_is_refused_with_its_usage():
 def test_the_launcher_replaces_only_this_interpreter():
     assert worker_python(sys.executable) == str(LAUNCHER)
     assert worker_python("/usr/bin/python3") == "/usr/bin/python3"
+
+
+class _Node:
+    """A cycle's member whose end a weak reference can see."""
+
+    def __init__(self) -> None:
+        self.self = self
+
+
+@pytest.fixture
+def unfrozen():
+    """The collector freezes this process's heap: give it back to later tests."""
+    yield
+    gc.unfreeze()
+
+
+def _cycle() -> weakref.ref:
+    return weakref.ref(_Node())
+
+
+def test_the_collector_collects_a_cycle_the_last_task_left(unfrozen):
+    collector = BetweenTasksCollector(clock=lambda: 0.0)
+    collector()
+    left = _cycle()
+    assert left() is not None, "a cycle is not freed by reference counting"
+    collector()
+    assert left() is None
+
+
+def test_the_collector_freezes_what_survived_so_the_next_collection_skips_it(unfrozen):
+    collector = BetweenTasksCollector(clock=lambda: 0.0)
+    kept = _Node()
+    assert any(tracked is kept for tracked in gc.get_objects())
+    collector()
+    assert gc.get_freeze_count() > 0
+    assert not any(tracked is kept for tracked in gc.get_objects()), "a frozen object is in no generation a collection walks"
+
+
+def test_garbage_holding_a_frozen_object_waits_for_the_full_collection(unfrozen):
+    now = [0.0]
+    collector = BetweenTasksCollector(full_every_s=60.0, clock=lambda: now[0])
+    node = _Node()
+    left = weakref.ref(node)
+    collector()  # node survives this task and is frozen
+    del node  # now cyclic garbage, out of reach of the collections between tasks
+    now[0] = 59.0
+    collector()
+    assert left() is not None
+    now[0] = 60.0
+    collector()  # the full collection: everything unfrozen, collected, frozen again
+    assert left() is None
+
+
+def test_the_launcher_installs_the_collector_for_pysparks_daemon_only(tmp_path):
+    probe = "import gc; print(type(gc.collect).__name__)\n"
+    (tmp_path / "probe.py").write_text(probe)
+    other = subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+    assert other.stdout.strip() == "builtin_function_or_method"
+    # A stand-in named like the daemon, found first on the path, reports what the daemon's module would see.
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text("")
+    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
+    daemon = subprocess.run(
+        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert daemon.stdout.strip() == "BetweenTasksCollector"

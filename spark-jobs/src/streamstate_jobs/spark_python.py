@@ -15,13 +15,22 @@ included: together a third of the task workers' CPU in the jobs' profile (docs/p
 The pip-installed ``pyspark`` and ``py4j`` are the same releases, byte-compiled, and a jar
 holds no Python. This launcher (the ``streamstate-spark-python`` console script) drops those
 entries from the path, then runs the module Spark asked for with its arguments, as ``python -m`` would.
+
+For PySpark's daemon it also makes the collection between tasks cheap (:class:`BetweenTasksCollector`).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import runpy
 import sys
+import time
+from collections.abc import Callable
+
+DAEMON = "pyspark.daemon"
+# How often a worker's collection between tasks also scans what earlier tasks left alive.
+FULL_COLLECTION_EVERY_S = 60.0
 
 
 def is_redundant(entry: str) -> bool:
@@ -39,6 +48,42 @@ def drop_archives() -> list[str]:
     return entries
 
 
+class BetweenTasksCollector:
+    """``gc.collect`` for PySpark's task workers: what the last task allocated, not the whole heap.
+
+    PySpark's daemon runs a full ``gc.collect()`` in a worker after every task it ran. A job's
+    worker holds PySpark's worker, pandas, pyarrow, pydantic and the jobs' modules (about 100,000
+    tracked objects), so each of those collections walked them all: 80-90 ms of CPU a task,
+    several tasks a batch, in every job and every test (the largest item of a quiet job's
+    workers in py-spy; docs/profile.md). Each call here collects, then freezes what survived
+    (``gc.freeze``): the modules and anything else still alive move out of later collections, so
+    the next call scans only what one task allocated. Cyclic garbage is collected as before when
+    its objects were allocated since the last call; garbage that holds an object frozen earlier
+    waits for the full collection, which this makes at most ``full_every_s`` apart (``gc.unfreeze``
+    first).
+    """
+
+    def __init__(
+        self,
+        collect: Callable[[int], int] = gc.collect,
+        full_every_s: float = FULL_COLLECTION_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._collect = collect
+        self._full_every_s = full_every_s
+        self._clock = clock
+        self._next_full = clock() + full_every_s
+
+    def __call__(self, generation: int = 2) -> int:
+        now = self._clock()
+        if now >= self._next_full:
+            gc.unfreeze()
+            self._next_full = now + self._full_every_s
+        found = self._collect(generation)
+        gc.freeze()
+        return found
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] != "-m":
@@ -47,4 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     if not sys.flags.safe_path:
         sys.path.insert(0, os.getcwd())  # as python -m does: functions pickled by reference to a module there resolve
     sys.argv = args[1:]  # as python -m leaves them (the daemon gets its worker module); run_module sets argv[0]
+    if args[1] == DAEMON:
+        # The daemon's module calls gc.collect() through the gc module: its forked workers get this one.
+        gc.collect = BetweenTasksCollector()
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)
