@@ -23,7 +23,7 @@ Kafka's own tools run inside the broker's container along the way, as users call
 Without a Docker engine every test here fails rather than skips unless DOCKER_TESTS=off is
 set: `make test` starts one (infra/docker/engine.sh). testcontainers' DockerCompose drives
 the compose CLI and starts no Ryuk container (its image cannot be pulled here); the stack is
-torn down (``down -v``) explicitly, whatever the outcome.
+torn down (``down -v``) explicitly, whatever the outcome, and before it starts (what a killed run left).
 """
 
 from __future__ import annotations
@@ -235,6 +235,10 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
         context=REPO_ROOT, compose_file_name=["docker-compose.yml", str(LOCAL_IMAGES_FILE), str(JVM_OPTIONS_FILE)], build=False, pull=False,
         wait=False, services=SERVICES, env_file=str(env_file),
     )
+    # A run killed before its teardown (a killed pytest, Ctrl-C twice) leaves this project's volumes,
+    # whose topics and checkpoints would carry that run's records into this one: the same scenario
+    # twice, every metric counted twice (seen). The project is the test's own, so only its leftovers go.
+    compose_stack.stop()
     try:
         try:
             compose_stack.start()
