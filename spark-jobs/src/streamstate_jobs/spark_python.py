@@ -65,7 +65,7 @@ class BetweenTasksCollector:
 
     def __init__(
         self,
-        collect: Callable[[int], int] = gc.collect,
+        collect: Callable[[int], int] = gc.collect,  # the builtin, bound before the launcher replaces it
         full_every_s: float = FULL_COLLECTION_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
     ):
