@@ -156,7 +156,6 @@ class KafkaBroker:
         finally:
             consumer.close()
 
-
     def _ends(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """Each partition's end, open transactions' records included (the high watermark)."""
         futures = self._admin.list_offsets(
