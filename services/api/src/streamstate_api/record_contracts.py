@@ -23,7 +23,6 @@ the reason. So a bad record is refused, and explained, exactly as before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import cast
 
@@ -42,26 +41,25 @@ class Source(str, Enum):
     ALERTS = "alerts"
 
 
-# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, three
-# times the cost (0.5 µs against 0.16 µs), once per record of a rebuild. Nothing changes them.
-@dataclass(slots=True)
-class SessionRecord:
+# msgspec structs, not dataclasses: built once per record of a rebuild, where a slotted
+# dataclass cost 0.18 µs against 0.04 µs, and with gc=False the garbage collector does not track
+# them (a dataclass instance is tracked, and a rebuild's millions set off collections that walk
+# every batch in flight). They hold only strings, bytes and numbers, so no cycle can form.
+class SessionRecord(msgspec.Struct, gc=False):
     user_id: str
     body: bytes
     active: bool
     ts: int
 
 
-@dataclass(slots=True)
-class SeriesRecord:
+class SeriesRecord(msgspec.Struct, gc=False):
     series_id: str
     body: bytes
     last_z: float | None
     ts: int
 
 
-@dataclass(slots=True)
-class AlertRecord:
+class AlertRecord(msgspec.Struct, gc=False):
     alert_id: str
     kind: str
     entity: str
@@ -69,8 +67,7 @@ class AlertRecord:
     body: bytes
 
 
-@dataclass(slots=True)
-class Tombstone:
+class Tombstone(msgspec.Struct, gc=False):
     """A null value: the key leaves the view."""
 
     key: str

@@ -29,7 +29,9 @@ an ordered walk by id, which is what cursor paging needs):
 
 Every batch of consumed records is one :class:`WriteBatch` with the new values *and* the
 offsets after them: RocksDB applies it atomically and logs it to its write-ahead log before
-returning, so a process killed at any moment reopens with values and offsets that agree.
+returning, so a process killed at any moment reopens with values and offsets that agree. A
+catch-up writes without the log (:meth:`ViewStore.log_writes`): a kill then loses its batches
+since the last flush of a memtable, values and offsets together.
 A store that cannot be opened, has another format or was built from other topics is moved
 aside and rebuilt from the topics (:func:`open_store` says why).
 
@@ -135,8 +137,11 @@ class ViewStore:
         self.db = Rdict(str(path), options)
         # The write-ahead log reaches the OS on every write (a SIGKILL loses nothing);
         # no fsync per batch: after a power loss the store is rebuilt or resumed earlier.
-        self._write_options = WriteOptions()
-        self._write_options.sync = False
+        self._logged = WriteOptions()
+        self._logged.sync = False
+        self._unlogged = WriteOptions()
+        self._unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says a method
+        self._write_options = self._logged
         self.cache_mb = cache_mb
         self.closed = False
         self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
@@ -183,6 +188,22 @@ class ViewStore:
         return {name: TS.unpack(v)[0] if v is not None else 0 for name, v in zip(COUNTERS, values)}
 
     # ------------------------------------------------------------------ writing
+    def log_writes(self, logged: bool) -> None:
+        """Whether the writes that follow go through the write-ahead log (they do by default).
+
+        A catch-up writes without it: the log cost a third of each batch's write (its checksums
+        and its copy to the OS), and a catch-up killed midway loses nothing it cannot read again.
+        An unlogged write lives in a memtable until RocksDB flushes it into a table file, and a
+        flush takes whole memtables in the order they were written, so a killed process reopens
+        with the batches up to some point, values and offsets together, and resumes from there.
+        Logging again first flushes what was written unlogged: a logged write that reached the
+        disk ahead of the unlogged ones before it would record offsets past values that are gone.
+        (Closing flushes unlogged writes too: RocksDB does so when any write skipped the log.)"""
+        if logged and self._write_options is self._unlogged:
+            with self._guarded():
+                self.db.flush(True)
+        self._write_options = self._logged if logged else self._unlogged
+
     def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
         """One atomic write: values (None deletes), offsets and counters together."""
         batch = WriteBatch(raw_mode=True)
@@ -266,6 +287,9 @@ class ReplacedStore(ViewStore):
         raise self._refuse()
 
     def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
+        raise self._refuse()
+
+    def log_writes(self, logged: bool) -> None:
         raise self._refuse()
 
     def set_identity(self, identity: dict) -> None:
