@@ -30,8 +30,8 @@ an ordered walk by id, which is what cursor paging needs):
 Every batch of consumed records is one :class:`WriteBatch` with the new values *and* the
 offsets after them: RocksDB applies it atomically and logs it to its write-ahead log before
 returning, so a process killed at any moment reopens with values and offsets that agree. A
-catch-up writes without the log (:meth:`ViewStore.log_writes`): a kill then loses its batches
-since the last flush of a memtable, values and offsets together.
+catch-up writes without the log, flushed every second (:meth:`ViewStore.log_writes`): a kill
+then loses its batches since the last flush, values and offsets together.
 A store that cannot be opened, has another format or was built from other topics is moved
 aside and rebuilt from the topics (:func:`open_store` says why).
 
@@ -49,6 +49,7 @@ import json
 import logging
 import shutil
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ SESSION_HEAD = struct.Struct(">qB")  # ts, open-session flag
 SERIES_HEAD = struct.Struct(">qBd")  # ts, has-z flag, z
 _PARTITION = struct.Struct(">I")
 COUNTERS = ("sessions", "active_sessions", "series", "graves")
+UNLOGGED_FLUSH_S = 1.0  # how often a catch-up's unlogged writes are flushed into table files
 
 
 def key_bytes(key: str) -> bytes:
@@ -142,6 +144,7 @@ class ViewStore:
         self._unlogged = WriteOptions()
         self._unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says a method
         self._write_options = self._logged
+        self._unlogged_flush_due = 0.0  # monotonic time of the next flush of unlogged writes
         self.cache_mb = cache_mb
         self.closed = False
         self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
@@ -193,15 +196,20 @@ class ViewStore:
 
         A catch-up writes without it: the log cost a third of each batch's write (its checksums
         and its copy to the OS), and a catch-up killed midway loses nothing it cannot read again.
-        An unlogged write lives in a memtable until RocksDB flushes it into a table file, and a
-        flush takes whole memtables in the order they were written, so a killed process reopens
-        with the batches up to some point, values and offsets together, and resumes from there.
+        An unlogged write lives in a memtable until it is flushed into a table file, and a flush
+        takes whole memtables in the order they were written, so a killed process reopens with
+        the batches up to its last flush, values and offsets together, and resumes from there.
+        Unlogged writes are flushed every :data:`UNLOGGED_FLUSH_S` (at full speed a memtable fills
+        about as often), the first at once: a kill loses at most the last second of a catch-up,
+        and a restart resumes from the store once any batch was applied.
         Logging again first flushes what was written unlogged: a logged write that reached the
         disk ahead of the unlogged ones before it would record offsets past values that are gone.
         (Closing flushes unlogged writes too: RocksDB does so when any write skipped the log.)"""
         if logged and self._write_options is self._unlogged:
             with self._guarded():
                 self.db.flush(True)
+        elif not logged and self._write_options is self._logged:
+            self._unlogged_flush_due = 0.0
         self._write_options = self._logged if logged else self._unlogged
 
     def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
@@ -218,6 +226,11 @@ class ViewStore:
             batch.put(_COUNTER + name.encode(), TS.pack(count))
         with self._guarded():
             self.db.write(batch, self._write_options)
+            if self._write_options is self._unlogged and time.monotonic() >= self._unlogged_flush_due:
+                # The first flush is waited for, so the batch's offsets are on disk before anyone sees them;
+                # the later ones run in the background while the writes go on into a new memtable.
+                self.db.flush(self._unlogged_flush_due == 0.0)
+                self._unlogged_flush_due = time.monotonic() + UNLOGGED_FLUSH_S
 
     # ------------------------------------------------------------------ reading
     def get(self, key: bytes) -> bytes | None:
