@@ -137,8 +137,8 @@ class ViewStore:
         options.set_env(env)
         options.set_keep_log_file_num(2)
         self.db = Rdict(str(path), options)
-        # The write-ahead log reaches the OS on every write (a SIGKILL loses nothing);
-        # no fsync per batch: after a power loss the store is rebuilt or resumed earlier.
+        # Once caught up, the write-ahead log reaches the OS on every write (a SIGKILL loses
+        # nothing); no fsync per batch: after a power loss the store is rebuilt or resumed earlier.
         self._logged = WriteOptions()
         self._logged.sync = False
         self._unlogged = WriteOptions()
