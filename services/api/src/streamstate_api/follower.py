@@ -244,7 +244,6 @@ class ViewFollower(threading.Thread):
                 log.info("view follower: %s", self._progress(remaining))
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
-            self._view.log_writes(self._caught_up)  # a catch-up writes without the write-ahead log
             next_lag_refresh = next_grave_pruning = 0.0
             while not self._stopping.is_set():
                 if self._view.damage is not None:  # found by a request, or by our own reads
@@ -516,7 +515,6 @@ class ViewFollower(threading.Thread):
 
     def _check_caught_up(self) -> None:
         if self._targets is not None and not self._remaining(self._targets):
-            self._view.log_writes(True)  # first flushes what the catch-up wrote
             with self._state_lock:
                 self._caught_up = True
             started = self._progress_start

@@ -29,9 +29,7 @@ an ordered walk by id, which is what cursor paging needs):
 
 Every batch of consumed records is one :class:`WriteBatch` with the new values *and* the
 offsets after them: RocksDB applies it atomically and logs it to its write-ahead log before
-returning, so a process killed at any moment reopens with values and offsets that agree. A
-catch-up writes without the log, flushed every second (:meth:`ViewStore.log_writes`): a kill
-then loses its batches since the last flush, values and offsets together.
+returning, so a process killed at any moment reopens with values and offsets that agree.
 A store that cannot be opened, has another format or was built from other topics is moved
 aside and rebuilt from the topics (:func:`open_store` says why).
 
@@ -49,7 +47,6 @@ import json
 import logging
 import shutil
 import struct
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,7 +74,6 @@ SESSION_HEAD = struct.Struct(">qB")  # ts, open-session flag
 SERIES_HEAD = struct.Struct(">qBd")  # ts, has-z flag, z
 _PARTITION = struct.Struct(">I")
 COUNTERS = ("sessions", "active_sessions", "series", "graves")
-UNLOGGED_FLUSH_S = 1.0  # how often a catch-up's unlogged writes are flushed into table files
 
 
 def key_bytes(key: str) -> bytes:
@@ -137,14 +133,10 @@ class ViewStore:
         options.set_env(env)
         options.set_keep_log_file_num(2)
         self.db = Rdict(str(path), options)
-        # Once caught up, the write-ahead log reaches the OS on every write (a SIGKILL loses
-        # nothing); no fsync per batch: after a power loss the store is rebuilt or resumed earlier.
-        self._logged = WriteOptions()
-        self._logged.sync = False
-        self._unlogged = WriteOptions()
-        self._unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says a method
-        self._write_options = self._logged
-        self._unlogged_flush_due = 0.0  # monotonic time of the next flush of unlogged writes
+        # The write-ahead log reaches the OS on every write (a SIGKILL loses nothing);
+        # no fsync per batch: after a power loss the store is rebuilt or resumed earlier.
+        self._write_options = WriteOptions()
+        self._write_options.sync = False
         self.cache_mb = cache_mb
         self.closed = False
         self.damage: str | None = None  # why the store cannot be trusted, once a read or write failed
@@ -191,27 +183,6 @@ class ViewStore:
         return {name: TS.unpack(v)[0] if v is not None else 0 for name, v in zip(COUNTERS, values)}
 
     # ------------------------------------------------------------------ writing
-    def log_writes(self, logged: bool) -> None:
-        """Whether the writes that follow go through the write-ahead log (they do by default).
-
-        A catch-up writes without it: the log cost a third of each batch's write (its checksums
-        and its copy to the OS), and a catch-up killed midway loses nothing it cannot read again.
-        An unlogged write lives in a memtable until it is flushed into a table file, and a flush
-        takes whole memtables in the order they were written, so a killed process reopens with
-        the batches up to its last flush, values and offsets together, and resumes from there.
-        Unlogged writes are flushed every :data:`UNLOGGED_FLUSH_S` (at full speed a memtable fills
-        about as often), the first at once: a kill loses at most the last second of a catch-up,
-        and a restart resumes from the store once any batch was applied.
-        Logging again first flushes what was written unlogged: a logged write that reached the
-        disk ahead of the unlogged ones before it would record offsets past values that are gone.
-        (Closing flushes unlogged writes too: RocksDB does so when any write skipped the log.)"""
-        if logged and self._write_options is self._unlogged:
-            with self._guarded():
-                self.db.flush(True)
-        elif not logged and self._write_options is self._logged:
-            self._unlogged_flush_due = 0.0
-        self._write_options = self._logged if logged else self._unlogged
-
     def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
         """One atomic write: values (None deletes), offsets and counters together."""
         batch = WriteBatch(raw_mode=True)
@@ -226,11 +197,6 @@ class ViewStore:
             batch.put(_COUNTER + name.encode(), TS.pack(count))
         with self._guarded():
             self.db.write(batch, self._write_options)
-            if self._write_options is self._unlogged and time.monotonic() >= self._unlogged_flush_due:
-                # The first flush is waited for, so the batch's offsets are on disk before anyone sees them;
-                # the later ones run in the background while the writes go on into a new memtable.
-                self.db.flush(self._unlogged_flush_due == 0.0)
-                self._unlogged_flush_due = time.monotonic() + UNLOGGED_FLUSH_S
 
     # ------------------------------------------------------------------ reading
     def get(self, key: bytes) -> bytes | None:
@@ -300,9 +266,6 @@ class ReplacedStore(ViewStore):
         raise self._refuse()
 
     def write(self, puts: dict[bytes, bytes | None], offsets: dict[tuple[str, int], int], counters: dict[str, int]) -> None:
-        raise self._refuse()
-
-    def log_writes(self, logged: bool) -> None:
         raise self._refuse()
 
     def set_identity(self, identity: dict) -> None:

@@ -189,12 +189,6 @@ class StateView:
         self._store.close()
 
     # ------------------------------------------------------------------ writing
-    def log_writes(self, logged: bool) -> None:
-        """Whether the store's writes go through its write-ahead log (:meth:`ViewStore.log_writes`:
-        not while catching up; turned back on, what was written without it is flushed first)."""
-        with self._write_lock:
-            self._store.log_writes(logged)
-
     def track(self, source: Source, partitions: Iterable[int]) -> None:
         """Declare the partitions of a source, so freshness lists them before their first record."""
         with self._lock:
