@@ -8,6 +8,8 @@ names it (``--jars "$(ls .deps/spark-jars-*/*.jar | paste -sd,)"`` after ``make 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
 from typing import Callable
 
@@ -16,6 +18,7 @@ import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamstate.spark_python import worker_python
 from streamstate.state import StateResult
 
 EVENT_TIME = "event_time"
@@ -81,6 +84,8 @@ def main_for(description: str, build: Callable[[SparkSession, str, str], StateRe
     parser.add_argument("--jars", default=None, help="Spark's Kafka connector and its dependencies as jar paths, comma-separated "
                         "(default: resolved from Maven through spark.jars.packages)")
     args = parser.parse_args()
+    # Python workers through the library's launcher (library/README.md, "Session configuration").
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python(sys.executable))
     builder = SparkSession.builder.appName(parser.prog).config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     if args.jars:
         builder = builder.config("spark.jars", args.jars)

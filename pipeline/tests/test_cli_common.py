@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from streamstate_pipeline.cli_common import add_common_options, client_option, settings_from_args
-from streamstate_jobs.spark import LAUNCHER
+from streamstate.spark_python import LAUNCHER
 from infra.locked_requirements import workspace_members
 
-# The launcher is how Spark starts Python workers (spark-jobs/tests/test_spark_python.py), not a user command.
+# The launcher is how Spark starts Python workers (library/tests/test_spark_python.py), not a user command.
 SCRIPTS = {
     name: target
     for member in workspace_members().values()

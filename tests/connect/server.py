@@ -21,7 +21,7 @@ from typing import IO
 
 import pyspark
 
-from streamstate_jobs.spark import worker_python
+from streamstate.spark_python import worker_python
 from streamstate.state.operators import PROVIDER_SETTING, ROCKSDB_PROVIDER
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

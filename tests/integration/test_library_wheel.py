@@ -140,6 +140,14 @@ def test_streamstate_comes_from_the_wheel(user_venv):
     assert "streamstate.state.spec.StateSpec" in where
 
 
+def test_the_wheel_installs_the_worker_launcher_the_examples_start_spark_with(user_venv):
+    launcher = user_venv.root / "bin" / "streamstate-spark-python"
+    assert launcher.exists(), sorted(p.name for p in (user_venv.root / "bin").iterdir())
+    chosen = run([user_venv.python, "-c", "import sys; from streamstate.spark_python import worker_python; print(worker_python(sys.executable))"],
+                 env=user_venv.env(), timeout=120).stdout.strip()
+    assert chosen == str(launcher), chosen
+
+
 # ---------------------------------------------------------------------------------- the examples
 def table_rows(stdout: str) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
     """The rows of every table ``DataFrame.show(truncate=False)`` printed, by the table's header."""

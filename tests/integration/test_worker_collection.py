@@ -1,12 +1,19 @@
-"""PySpark's daemon collects garbage in a worker after every task; through the jobs' launcher
-that collection walks only what the last task allocated (streamstate_jobs.spark_python): a
-task run by a reused worker finds the heap that survived its earlier tasks frozen."""
+"""PySpark's daemon collects garbage in a worker after every task; through the library's launcher
+that collection walks only what the last task allocated (streamstate.spark_python): a
+task run by a reused worker finds the heap that survived its earlier tasks frozen. The jobs'
+sessions and streamstate.testing's start their workers that way."""
 
 from __future__ import annotations
 
 import collections
+import os
+import subprocess
+import sys
 
 import pytest
+
+from streamstate.testing.spark import JARS_VARIABLE
+from streamstate_pipeline import binaries
 
 pytestmark = pytest.mark.spark
 
@@ -34,3 +41,29 @@ def test_a_reused_worker_finds_what_its_earlier_tasks_left_frozen(spark):
         seen[pid] += 1
     assert reused, f"Spark reuses an idle worker for the next task: {runs}"
     assert all(frozen > 10_000 for frozen in reused), f"the modules a worker imported are frozen after its first task: {runs}"
+
+
+_USERS_TEST_SESSION = """
+import gc
+import pyarrow as pa
+from streamstate.testing.spark import spark_session_for_tests
+
+def collector(batches):
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist([{"collector": type(gc.collect).__name__}])
+
+spark = spark_session_for_tests()
+print(spark.range(1, numPartitions=1).mapInArrow(collector, "collector string").collect()[0][0])
+spark.stop()
+"""
+
+
+def test_the_testing_session_starts_its_workers_through_the_launcher(tmp_path):
+    """A user's test session (streamstate.testing), in a process of its own with no PYSPARK_PYTHON
+    set, as a user's pytest starts it."""
+    env = {name: value for name, value in os.environ.items() if name != "PYSPARK_PYTHON"}
+    env[JARS_VARIABLE] = ",".join(str(jar) for jar in binaries.spark_jars())  # no Maven repository here
+    done = subprocess.run([sys.executable, "-c", _USERS_TEST_SESSION], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["BetweenTasksCollector"], done.stdout[-2000:]

@@ -21,6 +21,7 @@ from pyspark import SparkContext
 from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
+from streamstate.spark_python import worker_python
 from streamstate_jobs import class_archive
 from streamstate_jobs.code_shipping import is_local_master, ship_code
 from streamstate_pipeline.settings import Settings
@@ -36,7 +37,6 @@ LOCAL_ABSTRACT_FILE_SYSTEM = "io.streamstate.hadoop.NioLocalFs"
 CHECKPOINT_FILE_MANAGER = "io.streamstate.hadoop.SinglePutCheckpointFileManager"
 CHECKPOINT_FILE_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 CLASSPATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
-LAUNCHER = "streamstate-spark-python"
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:
@@ -84,16 +84,6 @@ def _given_master(conf: Mapping[str, str]) -> str:
 
     SparkContext._ensure_initialized()  # noqa: SLF001 - joins spark-submit's JVM, or starts one with the launch options
     return SparkConf().get("spark.master", "local[*]")
-
-
-def worker_python(python: str) -> str:
-    """The executable Spark starts Python workers with: the ``streamstate-spark-python``
-    launcher (:mod:`streamstate_jobs.spark_python`) beside this interpreter when ``python`` is this
-    interpreter, else ``python`` as given."""
-    launcher = Path(sys.executable).with_name(LAUNCHER)
-    if Path(python).absolute() == Path(sys.executable).absolute() and launcher.exists():
-        return str(launcher)
-    return python
 
 
 def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) -> SparkSession:

@@ -1,8 +1,9 @@
 """A SparkSession for tests of jobs built on the state API.
 
 Local, two cores and two shuffle partitions (a test's data is small: more partitions only add
-tasks), the RocksDB state store the state API needs (Spark refuses transformWithState on
-its default store), no UI, loopback only, and Spark's Kafka connector: the jars named by
+tasks), Python workers started by ``streamstate-spark-python`` (:mod:`streamstate.spark_python`),
+the RocksDB state store the state API needs (Spark refuses transformWithState on its default
+store), no UI, loopback only, and Spark's Kafka connector: the jars named by
 ``$STREAMSTATE_TEST_SPARK_JARS`` (comma-separated paths, for machines that reach no Maven
 repository), else the connector's Maven coordinates for the installed pyspark, which Spark
 resolves on first use.
@@ -16,6 +17,8 @@ import sys
 import pyspark
 from pyspark.sql import SparkSession
 
+from streamstate.spark_python import worker_python
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 JARS_VARIABLE = "STREAMSTATE_TEST_SPARK_JARS"
 
@@ -27,8 +30,10 @@ def kafka_connector_package() -> str:
 
 def spark_session_for_tests(app_name: str = "streamstate-tests", **conf: str) -> SparkSession:
     """The session; ``conf`` adds or overrides settings (``{"spark.sql.shuffle.partitions": "4"}``)."""
-    # The Python workers must be this interpreter: a system python3 lacks the test's packages.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The Python workers must be this interpreter (a system python3 lacks the test's packages),
+    # started through the library's launcher: PySpark's daemon collected each worker's whole heap
+    # after every task (80-90 ms of CPU a task), and tests run many small batches.
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python(sys.executable))
     builder = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)

@@ -1,5 +1,7 @@
-"""The Python executable Spark starts its workers with on local masters and in the Spark
-image (``PYSPARK_PYTHON``).
+"""The Python executable Spark starts its workers with (``PYSPARK_PYTHON``): the jobs' local
+masters and the Spark image use it, and so do :mod:`streamstate.testing`'s SparkSession and the
+examples. Any PySpark application can: ``PYSPARK_PYTHON`` set, before its session starts, to the
+``streamstate-spark-python`` beside its interpreter (:func:`worker_python`).
 
 Spark runs every Python process it starts as ``<python> -m <module>`` with
 ``$SPARK_HOME/python/lib/pyspark.zip``, the py4j zip and the spark-core jar first on
@@ -27,8 +29,10 @@ import runpy
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 DAEMON = "pyspark.daemon"
+LAUNCHER = "streamstate-spark-python"  # the console script running main()
 # How often a worker's collection between tasks also scans what earlier tasks left alive.
 FULL_COLLECTION_EVERY_S = 60.0
 
@@ -82,6 +86,15 @@ class BetweenTasksCollector:
         found = self._collect(generation)
         gc.freeze()
         return found
+
+
+def worker_python(python: str) -> str:
+    """The executable Spark should start Python workers with: this launcher (installed beside the
+    interpreter with the library) when ``python`` is this interpreter, else ``python`` as given."""
+    launcher = Path(sys.executable).with_name(LAUNCHER)
+    if Path(python).absolute() == Path(sys.executable).absolute() and launcher.exists():
+        return str(launcher)
+    return python
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The launcher Spark starts its Python processes with (streamstate_jobs.spark_python): with Spark's
+"""The launcher Spark starts its Python processes with (streamstate.spark_python): with Spark's
 own PYTHONPATH (its zips and the spark-core jar first), the module runs as ``python -m`` would
 and imports the installed, byte-compiled PySpark; PySpark's daemon gets the collector between
 tasks, which collects what the last task left and freezes the rest."""
@@ -15,8 +15,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from streamstate_jobs.spark import LAUNCHER as LAUNCHER_NAME, worker_python
-from streamstate_jobs.spark_python import BetweenTasksCollector
+from streamstate.spark_python import LAUNCHER as LAUNCHER_NAME, BetweenTasksCollector, worker_python
 
 LAUNCHER = Path(sys.executable).with_name(LAUNCHER_NAME)
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
