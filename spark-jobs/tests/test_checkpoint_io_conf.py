@@ -72,3 +72,23 @@ def test_a_spark_shipping_the_jar_checkpoints_through_its_manager(tmp_path):
     (tmp_path / CHECKPOINT_IO_JAR).write_bytes(b"")
     assert shipped_checkpoint_io_conf(tmp_path, {}) == {CHECKPOINT_FILE_MANAGER_KEY: CHECKPOINT_FILE_MANAGER}
     assert shipped_checkpoint_io_conf(tmp_path, {CHECKPOINT_FILE_MANAGER_KEY: "com.example.Mine"}) == {}
+
+
+def test_the_connector_jars_go_on_a_local_drivers_own_classpath_after_the_callers():
+    from streamstate_jobs.spark import connector_classpath_conf
+
+    jars = "/deps/spark-jars/spark-sql-kafka.jar,/deps/spark-jars/kafka-clients.jar"
+    on_path = f"/deps/spark-jars/spark-sql-kafka.jar{os.pathsep}/deps/spark-jars/kafka-clients.jar"
+    for master in ("local", "local[2]", "local-cluster[2,1,1024]"):
+        assert connector_classpath_conf(jars, master, {}) == {
+            "spark.driver.extraClassPath": on_path, "spark.executor.extraClassPath": on_path}, master
+    mine = connector_classpath_conf(jars, "local[2]", {"spark.driver.extraClassPath": "/opt/mine.jar"})
+    assert mine["spark.driver.extraClassPath"] == f"/opt/mine.jar{os.pathsep}{on_path}"
+
+
+def test_the_connector_jars_stay_spark_jars_on_a_cluster_or_when_none_are_set():
+    from streamstate_jobs.spark import connector_classpath_conf
+
+    assert connector_classpath_conf("", "local[2]", {}) == {}
+    for master in ("spark://cluster:7077", "yarn", "k8s://https://api:6443"):
+        assert connector_classpath_conf("/deps/a.jar", master, {}) == {}, master

@@ -19,14 +19,17 @@ from streamstate_stack.launcher import free_port
 from streamstate_stack.servers import KafkaBroker, broker_archive
 
 DRIVER_PROBE = """
-from streamstate_jobs.class_archive import driver_archive
+from streamstate_jobs.class_archive import driver_archive, local_jars
 from streamstate_jobs.spark import build_spark
 from streamstate_pipeline.settings import Settings
 
-spark = build_spark(Settings(), "class-archive-probe")
-pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+spark = build_spark(Settings(spark_jars=local_jars()), "class-archive-probe")
+jvm = spark.sparkContext._jvm
+pid = jvm.java.lang.ProcessHandle.current().pid()
 options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")
 maps = open(f"/proc/{pid}/maps").read()
+kafka = jvm.java.lang.Class.forName("org.apache.kafka.clients.consumer.KafkaConsumer")
+print(kafka.getClassLoader() == jvm.java.lang.ClassLoader.getSystemClassLoader())
 print(options)
 print("mapped" if str(driver_archive(dict(spark.sparkContext.getConf().getAll()))) in maps else "not mapped")
 spark.stop()
@@ -40,15 +43,20 @@ def ensure_built(module: str, archive: Path) -> None:
 
 
 def test_a_spark_driver_built_by_build_spark_maps_the_driver_archive():
+    """With the stack's jars (Spark's Kafka connector, S3A) as a job gets them: on a local
+    master they are on the JVM's own classpath, where the archive serves their classes (a
+    class of ``spark.jars`` comes through Spark's own loader, which no archive serves)."""
     from streamstate_jobs.class_archive import local_driver_archive
     from streamstate_pipeline import binaries
 
-    binaries.checkpoint_io_jar()  # installed, as make installs it: the classpath the jobs run on
+    binaries.checkpoint_io_jar()  # installed, as make installs them: the classpath the jobs run on
+    binaries.spark_jars()
     archive = local_driver_archive()
     ensure_built("streamstate_jobs.class_archive", archive)
     probe = subprocess.run([sys.executable, "-c", DRIVER_PROBE], capture_output=True, text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]
-    options, mapped = probe.stdout.strip().splitlines()[-2:]
+    system_loader, options, mapped = probe.stdout.strip().splitlines()[-3:]
+    assert system_loader == "True", "Kafka's client came through spark.jars' class loader, not the JVM's classpath"
     assert f"-XX:SharedArchiveFile={archive}" in options.split()
     assert mapped == "mapped", f"the driver JVM did not map {archive} (options: {options})"
 

@@ -4,6 +4,7 @@ session builder's safety settings."""
 
 from __future__ import annotations
 
+import os
 import socket
 import stat
 from pathlib import Path
@@ -29,7 +30,9 @@ def _artifact(jar: str) -> str:
 def test_the_session_has_the_connector_and_s3a_and_no_kill_links(spark):
     conf = spark.sparkContext.getConf()
     assert conf.get("spark.ui.killEnabled") == "false"
-    jars = {Path(path).name for path in conf.get("spark.jars", "").split(",") if path}
+    # On the local master build_spark puts them on the JVM's own classpath, elsewhere in spark.jars.
+    given = conf.get("spark.jars", "").split(",") + conf.get("spark.driver.extraClassPath", "").split(os.pathsep)
+    jars = {Path(path).name for path in given if path}
     versions = binaries.versions()
     assert f"spark-sql-kafka-0-10_{versions['SCALA_BINARY_VERSION']}-{versions['SPARK_VERSION']}.jar" in jars
     assert any(name.startswith("hadoop-aws-") for name in jars)

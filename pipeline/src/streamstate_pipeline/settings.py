@@ -146,8 +146,9 @@ class Settings(BaseSettings):
     )
     spark_jars: str = Field(
         "",
-        description="Extra jars for Spark (spark.jars, comma-separated paths): the production profile sets the "
-        "installed Kafka connector and hadoop-aws jars.",
+        description="Extra jars for Spark (comma-separated paths): the stack launcher sets the installed Kafka "
+        "connector and hadoop-aws jars. Where a job starts Spark on a local master they go on the JVM's own "
+        "classpath (its class archive serves them); otherwise through spark.jars.",
     )
     state_store: Literal["rocksdb"] = Field(
         "rocksdb",

@@ -113,8 +113,6 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         .config("spark.ui.killEnabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if settings.spark_jars:
-        builder = builder.config("spark.jars", settings.spark_jars)
     for key, value in s3a_conf(settings).items():
         builder = builder.config(key, value)
     if is_local_master(master):
@@ -128,8 +126,12 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     for key, value in {**shipped_checkpoint_io_conf(Path(_find_spark_home(), "jars"), conf), **conf}.items():
         builder = builder.config(key, value)
     starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
+    own_classpath = connector_classpath_conf(settings.spark_jars, master, conf) if starts_jvm else {}
+    if settings.spark_jars and not own_classpath:
+        builder = builder.config("spark.jars", settings.spark_jars)
     if starts_jvm:
-        launch = {**conf, **checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, conf)}
+        launch = {**conf, **own_classpath}
+        launch.update(checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, launch))
         for key, value in {**launch, **class_archive.driver_conf(launch)}.items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -137,6 +139,23 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     _quiet(spark, "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer")
     ship_code(spark, settings.with_overrides(spark_master=spark.sparkContext.master))
     return spark
+
+
+def connector_classpath_conf(spark_jars: str | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """Spark's Kafka connector and S3A jars (``spark_jars``, comma-separated) on the JVM's own
+    classpath, where this process starts the JVM on a local master; empty elsewhere, where
+    they go through ``spark.jars``.
+
+    Classes of ``spark.jars`` come through a class loader of Spark's, which no class archive
+    serves: each driver parsed and verified Kafka's client and the connector again, and looked
+    up every class it missed in each of Spark's jars (a sixth of a job driver's samples in its
+    first 30 s, docs/profile.md). On the JVM's classpath they are in the driver's archive,
+    and a local master's executors share the driver's JVM or this machine's paths.
+    """
+    jars = [jar for jar in (spark_jars or "").split(",") if jar]
+    if not jars or not is_local_master(master):
+        return {}
+    return {key: os.pathsep.join(filter(None, (conf.get(key), *jars))) for key in CLASSPATH_KEYS}
 
 
 def checkpoint_io_conf(jar: Path | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
