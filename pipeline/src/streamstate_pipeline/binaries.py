@@ -87,8 +87,9 @@ def ensure(component: str) -> Path:
 
 
 def spark_jars(install: bool = True) -> list[Path]:
-    """The connector and S3A jars for ``spark.jars`` (empty when not installed and ``install`` is False)."""
-    if not install and not installed("spark-jars"):
+    """The connector and S3A jars for ``spark.jars`` (empty when not installed and ``install`` is
+    False, as in an installed package outside a source checkout: the images hold them among Spark's own)."""
+    if not install and not (VERSIONS_FILE.is_file() and installed("spark-jars")):
         return []
     folder = ensure("spark-jars") if install else _install_dir("spark-jars")
     return sorted(folder.glob("*.jar"))
