@@ -54,11 +54,9 @@ def local_driver_archive() -> Path:
     """The archive of the driver :func:`~streamstate_jobs.spark.build_spark` starts on a local
     master (the connector's jars and the checkpoint classes on its classpath when installed):
     the one ``make`` builds."""
-    from streamstate_jobs.spark import checkpoint_io_conf, connector_classpath_conf
-    from streamstate_pipeline import binaries
+    from streamstate_jobs.spark import launch_conf
 
-    conf = connector_classpath_conf(local_jars(), "local[2]", {})
-    return driver_archive({**conf, **checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), "local[2]", conf)})
+    return driver_archive(launch_conf(local_jars(), "local[2]", {}))
 
 
 def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:

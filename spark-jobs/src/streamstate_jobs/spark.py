@@ -126,12 +126,10 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     for key, value in {**shipped_checkpoint_io_conf(Path(_find_spark_home(), "jars"), conf), **conf}.items():
         builder = builder.config(key, value)
     starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
-    own_classpath = connector_classpath_conf(settings.spark_jars, master, conf) if starts_jvm else {}
-    if settings.spark_jars and not own_classpath:
+    if settings.spark_jars and not (starts_jvm and is_local_master(master)):
         builder = builder.config("spark.jars", settings.spark_jars)
     if starts_jvm:
-        launch = {**conf, **own_classpath}
-        launch.update(checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, launch))
+        launch = launch_conf(settings.spark_jars, master, conf)
         for key, value in {**launch, **class_archive.driver_conf(launch)}.items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -139,6 +137,14 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     _quiet(spark, "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer")
     ship_code(spark, settings.with_overrides(spark_master=spark.sparkContext.master))
     return spark
+
+
+def launch_conf(spark_jars: str, master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """What a JVM this process starts on ``master`` is launched with: ``conf``, the connector's
+    jars on its classpath (:func:`connector_classpath_conf`) and the checkpoint classes
+    (:func:`checkpoint_io_conf`); the driver's class archive is that classpath's."""
+    launch = {**conf, **connector_classpath_conf(spark_jars, master, conf)}
+    return {**launch, **checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, launch)}
 
 
 def connector_classpath_conf(spark_jars: str | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
