@@ -62,9 +62,7 @@ def test_outside_a_source_checkout_no_jar_is_looked_for(tmp_path, monkeypatch):
     try:
         assert binaries.checkpoint_io_jar(install=False) is None
         # The image's class archive is trained there (spark-jobs/Dockerfile): on Spark's own jars alone.
-        from streamstate_jobs.class_archive import local_jars
-
-        assert local_jars() == ""
+        assert binaries.spark_jars_setting(install=False) == ""
     finally:
         binaries.versions.cache_clear()
 

@@ -19,11 +19,12 @@ from streamstate_stack.launcher import free_port
 from streamstate_stack.servers import KafkaBroker, broker_archive
 
 DRIVER_PROBE = """
-from streamstate_jobs.class_archive import driver_archive, local_jars
+from streamstate_jobs.class_archive import driver_archive
 from streamstate_jobs.spark import build_spark
+from streamstate_pipeline import binaries
 from streamstate_pipeline.settings import Settings
 
-spark = build_spark(Settings(spark_jars=local_jars()), "class-archive-probe")
+spark = build_spark(Settings(spark_jars=binaries.spark_jars_setting(install=False)), "class-archive-probe")
 jvm = spark.sparkContext._jvm
 pid = jvm.java.lang.ProcessHandle.current().pid()
 options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")

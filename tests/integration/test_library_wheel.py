@@ -171,7 +171,7 @@ def table_rows(stdout: str) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
 def run_example(venv: UserVenv, name: str, bootstrap: str, topic: str, done: Callable[[dict], bool], tmp_path: Path, timeout_s: float = 360) -> dict:
     """``python -m examples.<name>`` in the venv, until the tables it printed satisfy ``done``
     (then it is stopped: the examples run until interrupted); returns those tables."""
-    jars = ",".join(str(jar) for jar in binaries.spark_jars())
+    jars = binaries.spark_jars_setting()
     command = [venv.python, "-m", f"examples.{name}", "--topic", topic, "--bootstrap-servers", bootstrap,
                "--checkpoint", tmp_path / f"{name}-checkpoint", "--trigger", "1 second", "--jars", jars]
     log = (tmp_path / f"{name}.stderr").open("w")

@@ -51,7 +51,7 @@ def test_a_users_test_on_the_fixtures_passes_against_kafka_in_a_container(tmp_pa
         # The user's jobs (here the project's examples) on the path, as a user's own package would be.
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         # No Maven repository for Spark's resolver here: the connector's jars `make deps` installed.
-        JARS_VARIABLE: ",".join(str(jar) for jar in binaries.spark_jars()),
+        JARS_VARIABLE: binaries.spark_jars_setting(),
     }
     env.pop("PYTEST_XDIST_WORKER", None)
     result = subprocess.run(

@@ -63,7 +63,7 @@ def test_the_testing_session_starts_its_workers_through_the_launcher(tmp_path):
     """A user's test session (streamstate.testing), in a process of its own with no PYSPARK_PYTHON
     set, as a user's pytest starts it."""
     env = {name: value for name, value in os.environ.items() if name != "PYSPARK_PYTHON"}
-    env[JARS_VARIABLE] = ",".join(str(jar) for jar in binaries.spark_jars())  # no Maven repository here
+    env[JARS_VARIABLE] = binaries.spark_jars_setting()  # no Maven repository here
     done = subprocess.run([sys.executable, "-c", _USERS_TEST_SESSION], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["BetweenTasksCollector"], done.stdout[-2000:]

@@ -95,6 +95,12 @@ def spark_jars(install: bool = True) -> list[Path]:
     return sorted(folder.glob("*.jar"))
 
 
+def spark_jars_setting(install: bool = True) -> str:
+    """:func:`spark_jars` as ``Settings.spark_jars`` takes them (comma-separated): the stack
+    launcher sets this, and the Spark driver's class archive is trained on the same list."""
+    return ",".join(str(jar) for jar in spark_jars(install))
+
+
 def checkpoint_io_jar(install: bool = True) -> Path | None:
     """The jar of ``spark-jobs/jvm/`` (None when not installed and ``install`` is False, as in
     an installed package outside a source checkout, which has no ``infra/versions.env``)."""

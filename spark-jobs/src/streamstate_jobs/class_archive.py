@@ -43,20 +43,14 @@ def driver_archive(conf: Mapping[str, str]) -> Path:
     return class_archives.archive_path(PROGRAM, classpath)
 
 
-def local_jars() -> str:
-    """``spark_jars`` as the stack launcher sets it: the installed connector and S3A jars."""
-    from streamstate_pipeline import binaries
-
-    return ",".join(str(jar) for jar in binaries.spark_jars(install=False))
-
-
 def local_driver_archive() -> Path:
     """The archive of the driver :func:`~streamstate_jobs.spark.build_spark` starts on a local
     master (the connector's jars and the checkpoint classes on its classpath when installed):
     the one ``make`` builds."""
     from streamstate_jobs.spark import launch_conf
+    from streamstate_pipeline import binaries
 
-    return driver_archive(launch_conf(local_jars(), "local[2]", {}))
+    return driver_archive(launch_conf(binaries.spark_jars_setting(install=False), "local[2]", {}))
 
 
 def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
@@ -70,7 +64,7 @@ def _load_client_classes(spark: SparkSession) -> None:
     """Where Spark's own jars hold Kafka's and S3A's (the Spark image), load the classes a
     job's first batch loads of them: Kafka's source, admin client and consumer, and S3A's
     client, each pointed at an address where nothing listens, so that each fails at once.
-    The same where this process's JVM has them on its classpath (:func:`local_jars`, a local
+    The same where this process's JVM has them on its classpath (the stack's jars on a local
     master); through ``spark.jars`` (a class loader no archive serves) they are left out."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # noqa: S101 - set while the session runs
@@ -155,9 +149,10 @@ def _train(options: list[str]) -> None:
     from pyspark import SparkContext
 
     from streamstate_jobs.spark import build_spark
+    from streamstate_pipeline import binaries
     from streamstate_pipeline.settings import Settings
 
-    settings = Settings(spark_jars=local_jars())
+    settings = Settings(spark_jars=binaries.spark_jars_setting(install=False))
     spark = build_spark(settings, "streamstate-class-archive", **{JAVA_OPTIONS.replace(".", "__"): " ".join(options)})
     try:
         _exercise(spark)

@@ -147,7 +147,7 @@ def launch_conf(spark_jars: str, master: str, conf: Mapping[str, str]) -> dict[s
     return {**launch, **checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, launch)}
 
 
-def connector_classpath_conf(spark_jars: str | None, master: str, conf: Mapping[str, str]) -> dict[str, str]:
+def connector_classpath_conf(spark_jars: str, master: str, conf: Mapping[str, str]) -> dict[str, str]:
     """Spark's Kafka connector and S3A jars (``spark_jars``, comma-separated) on the JVM's own
     classpath, where this process starts the JVM on a local master; empty elsewhere, where
     they go through ``spark.jars``.
@@ -158,7 +158,7 @@ def connector_classpath_conf(spark_jars: str | None, master: str, conf: Mapping[
     first 30 s, docs/profile.md). On the JVM's classpath they are in the driver's archive,
     and a local master's executors share the driver's JVM or this machine's paths.
     """
-    jars = [jar for jar in (spark_jars or "").split(",") if jar]
+    jars = [jar for jar in spark_jars.split(",") if jar]
     if not jars or not is_local_master(master):
         return {}
     return {key: os.pathsep.join(filter(None, (conf.get(key), *jars))) for key in CLASSPATH_KEYS}

@@ -292,7 +292,7 @@ class EmbeddedStack:
         and wait until every broker process listens on its port and the cluster answers."""
         from streamstate_pipeline import binaries
 
-        jars = self.settings.spark_jars or ",".join(str(jar) for jar in binaries.spark_jars())
+        jars = self.settings.spark_jars or binaries.spark_jars_setting()
         try:
             binaries.checkpoint_io_jar()  # the jobs' session builder finds it installed
         except binaries.DependencyMissing as exc:
