@@ -194,6 +194,39 @@ def test_demo_mode_sends_events_and_metrics_to_the_configured_topics(bootstrap, 
     assert good and all(now - 60_000 < m.ts <= now for m in good), "demo mode stamps records with the wall clock"
 
 
+def test_demo_records_share_requests_at_the_demos_rates(stack, new_topic):
+    """At the demo's default rates the generators' 20 ms linger sent one or two records a
+    request, and serving them cost the broker a quarter of a core; the demo gathers them.
+    Read from the broker's own log: one record batch is what one produce request appended."""
+    partitions = 4  # as the stack's topics
+    events_topic, metrics_topic = new_topic(partitions), new_topic(partitions)
+    result = cli(
+        "--bootstrap", stack.settings.bootstrap_servers, "--duration", "5", "--no-progress",
+        env={"STREAMSTATE_TOPIC_USER_EVENTS": events_topic, "STREAMSTATE_TOPIC_METRICS": metrics_topic},
+    )
+    assert result.returncode == 0, result.stderr
+    batches = [
+        size
+        for topic in (events_topic, metrics_topic)
+        for partition in range(partitions)
+        for size in record_batch_sizes(stack.kafka.data / f"{topic}-{partition}" / f"{0:020d}.log")
+    ]
+    assert sum(batches) == summary_sent(result.stderr)
+    assert sum(batches) / len(batches) >= 3.5, f"{len(batches)} produce requests for {sum(batches)} records"
+
+
+def record_batch_sizes(segment: Path) -> list[int]:
+    """Records in each record batch of a Kafka log segment (message format v2: a batch's base
+    offset, length, leader epoch, magic, CRC and attributes, then its last offset delta)."""
+    data, sizes, at = segment.read_bytes(), [], 0
+    while at + 27 <= len(data):
+        length = int.from_bytes(data[at + 8:at + 12], "big")
+        assert data[at + 16] == 2, f"{segment}: message format {data[at + 16]} at byte {at}"
+        sizes.append(int.from_bytes(data[at + 23:at + 27], "big") + 1)
+        at += 12 + length
+    return sizes
+
+
 def unknown_topic(bootstrap: str, tmp_path: Path) -> list[str]:
     return ["events", "--count", "5", "--topic", "no-such-topic", "--bootstrap", bootstrap]
 

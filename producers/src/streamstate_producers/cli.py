@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from functools import partial
-from typing import Iterable, Iterator, NoReturn, Sequence
+from typing import Any, Iterable, Iterator, NoReturn, Sequence
 
 from confluent_kafka import KafkaException
 
@@ -31,6 +31,10 @@ from streamstate_pipeline.settings import Settings, get_settings
 EXIT_OK, EXIT_DELIVERY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUB_COMMANDS = ("events", "metrics", "replay", "record", "demo")
 GENERATED = {"events": "user events", "metrics": "metric points"}  # sub-command -> what it sends
+# How long the demo's producer gathers records into one request. At the demo's 300 records/s
+# over eight partitions the generators' 20 ms sent one record a request, and serving them took
+# the broker a quarter of a core while the jobs start (docs/profile.md, 2026-12-02).
+DEMO_LINGER_MS = 100
 
 
 class UsageError(ProducerError):
@@ -140,7 +144,10 @@ def build_parser(settings: Settings) -> OneLineParser:
     _add_events(record)
     _add_metrics(record)
 
-    demo = commands.add_parser("demo", help="events and metrics together until stopped (the default)")
+    demo = commands.add_parser(
+        "demo", help="events and metrics together until stopped (the default)",
+        description="Events and metrics together until stopped. Records wait up to "
+        f"{DEMO_LINGER_MS} ms to share a request (-X linger.ms=N changes it).")
     _add_connection(demo, settings)
     demo.add_argument("--events-rate", type=positive_float, default=200.0, help="user events per second (default: %(default)s)")
     demo.add_argument("--metrics-rate", type=positive_float, default=100.0, help="metric points per second (default: %(default)s)")
@@ -208,8 +215,10 @@ def _send(
     rate: float | None,
     announce: str,
     total: int | None = None,
+    **kafka_tuning: Any,
 ) -> int:
-    """Check the broker (or Kinesis) and topics, then produce; stderr gets ``announce``, progress and the summary."""
+    """Check the broker (or Kinesis) and topics, then produce; stderr gets ``announce``, progress and the summary.
+    ``kafka_tuning``: librdkafka settings for this command's producer (``linger__ms``), under the user's options."""
     if args.sink == "kinesis":
         kinesis_writer.check_streams(settings.kinesis_endpoint_url, settings.kinesis_region, topics)
         target = settings.kinesis_endpoint_url or f"Kinesis {settings.kinesis_region}"
@@ -219,7 +228,7 @@ def _send(
         broker = settings.kafka
         check_broker(broker, set(topics))
         _say(announce)
-        produce = partial(produce_records, broker)
+        produce = partial(produce_records, broker, **kafka_tuning)
     stop = _install_stop_signals()
     summary: ProduceSummary = produce(
         records,
@@ -278,7 +287,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"at {settings.bootstrap_servers}; Ctrl-C to stop"
     )
     records = interleave([(events, weights[0]), (metrics, weights[1])])
-    return _send(args, settings, records, [events.topic, metrics.topic], args.events_rate + args.metrics_rate, announce)
+    rate = args.events_rate + args.metrics_rate
+    return _send(args, settings, records, [events.topic, metrics.topic], rate, announce, linger__ms=DEMO_LINGER_MS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
