@@ -15,7 +15,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from streamstate.spark_python import LAUNCHER as LAUNCHER_NAME, BetweenTasksCollector, worker_python
+from streamstate.spark_python import LAUNCHER as LAUNCHER_NAME, PRELOADED, BetweenTasksCollector, preload, preloaded_modules, worker_python
 
 LAUNCHER = Path(sys.executable).with_name(LAUNCHER_NAME)
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -118,3 +118,33 @@ def test_the_launcher_installs_the_collector_for_pysparks_daemon_only(tmp_path):
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
     assert daemon.stdout.strip() == "BetweenTasksCollector"
+
+
+def test_the_preload_names_the_engines_modules_and_the_variables():
+    assert preloaded_modules({}) == list(PRELOADED)
+    extra = preloaded_modules({"STREAMSTATE_WORKER_PRELOAD": " jobs.a, ,pandas,jobs.b "})
+    assert extra == [*PRELOADED, "jobs.a", "jobs.b"]
+
+
+def test_a_module_that_fails_to_import_is_reported_and_the_rest_imported(tmp_path, monkeypatch):
+    (tmp_path / "preload_probe_ok.py").write_text("")
+    (tmp_path / "preload_probe_bad.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    failures = preload(["preload_probe_bad", "no_such_module_here", "preload_probe_ok"])
+    assert [line.split(": ")[2] for line in failures] == ["preload_probe_bad (RuntimeError", "no_such_module_here (ModuleNotFoundError"]
+    assert "preload_probe_ok" in sys.modules
+
+
+def test_the_daemon_starts_with_the_preload_imported_and_frozen(tmp_path):
+    probe = "import gc, sys; print(all(m in sys.modules for m in ('pyarrow', 'pandas', 'streamstate.state', 'extra_mod')), gc.get_freeze_count() > 0)\n"
+    (tmp_path / "extra_mod.py").write_text("")
+    # A stand-in named like the daemon, as above; its package shadows PySpark's, so pyspark.worker is reported, not imported.
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text("")
+    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
+    daemon = subprocess.run(
+        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "STREAMSTATE_WORKER_PRELOAD": "extra_mod"},
+    )
+    assert daemon.stdout.split() == ["True", "True"], daemon.stderr
+    assert "not preloaded for PySpark's workers: pyspark.worker (ModuleNotFoundError" in daemon.stderr

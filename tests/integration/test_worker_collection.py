@@ -29,6 +29,33 @@ def _worker_and_its_collector(batches):
     yield pa.RecordBatch.from_pylist([{"pid": os.getpid(), "collector": type(gc.collect).__name__, "frozen": gc.get_freeze_count()}])
 
 
+def _daemon_and_heavy_work(batches):
+    import os
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    daemon_maps = open(f"/proc/{os.getppid()}/maps").read()
+    product = np.ones((300, 300)) @ np.ones((300, 300))  # OpenBLAS's pool in a worker forked after NumPy's import
+    allocated = pa.array(range(1_000_000)).sum().as_py()  # jemalloc, likewise after pyarrow's
+    yield pa.RecordBatch.from_pylist([{
+        "arrow_in_daemon": "libarrow" in daemon_maps,
+        "jobs_imported": "streamstate_jobs.registry" in sys.modules,
+        "work": float(product[0, 0]) + allocated,
+    }])
+
+
+def test_the_daemon_imports_what_its_workers_need_before_it_forks_them(spark):
+    """The daemon's own memory holds pyarrow's library (it never imported it before), and its
+    workers, forked after pyarrow's and NumPy's threads started, run Arrow and BLAS work."""
+    query = spark.range(4, numPartitions=4).mapInArrow(_daemon_and_heavy_work, "arrow_in_daemon boolean, jobs_imported boolean, work double")
+    rows = query.collect()
+    assert [tuple(row) for row in rows] == [(True, True, 300.0 + 499999500000)] * 4
+
+
 def test_a_reused_worker_finds_what_its_earlier_tasks_left_frozen(spark):
     query = spark.range(1, numPartitions=1).mapInArrow(_worker_and_its_collector, "pid long, collector string, frozen long")
     runs = [tuple(query.collect()[0]) for _ in range(4)]

@@ -18,23 +18,39 @@ The pip-installed ``pyspark`` and ``py4j`` are the same releases, byte-compiled,
 holds no Python. This launcher (the ``streamstate-spark-python`` console script) drops those
 entries from the path, then runs the module Spark asked for with its arguments, as ``python -m`` would.
 
-For PySpark's daemon it also makes the collection between tasks cheap (:class:`BetweenTasksCollector`).
+For PySpark's daemon it also makes the collection between tasks cheap (:class:`BetweenTasksCollector`),
+and imports once, before it forks the task workers, what each of them would import after
+(:func:`preload`): PySpark's worker, pyarrow, pandas and the state engine, and the modules
+``STREAMSTATE_WORKER_PRELOAD`` names. Each worker took about a second of CPU importing them, and
+a job starts four to six workers at once with everything else on two cores (docs/profile.md).
+
+PySpark's daemon imports nothing before it forks, on purpose: pyarrow and NumPy start threads
+when imported (jemalloc's background thread, OpenBLAS's pool), and a fork copies only the
+thread that calls it. Both libraries prepare for a fork (jemalloc takes its locks around it and
+resets its background threads in the child; OpenBLAS stops its pool before it), which is what
+makes their import before a fork safe; nothing else preloaded here starts a thread.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import runpy
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 DAEMON = "pyspark.daemon"
 LAUNCHER = "streamstate-spark-python"  # the console script running main()
 # How often a worker's collection between tasks also scans what earlier tasks left alive.
 FULL_COLLECTION_EVERY_S = 60.0
+# What every task worker of a state API query imports (the worker, Arrow, the pandas frames of
+# transformWithStateInPandas, the engine): the daemon imports it before it forks them.
+PRELOADED = ("pyspark.worker", "pyarrow", "pandas", "streamstate.state")
+PRELOAD_VARIABLE = "STREAMSTATE_WORKER_PRELOAD"  # more modules for the daemon, comma-separated
 
 
 def is_redundant(entry: str) -> bool:
@@ -88,6 +104,24 @@ class BetweenTasksCollector:
         return found
 
 
+def preload(names: Iterable[str]) -> list[str]:
+    """Import each module of ``names``; a line for each that could not be (the worker that needs
+    it then imports it itself and reports the error where the task fails)."""
+    failures = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - whatever a module raises, the daemon must start
+            failures.append(f"{LAUNCHER}: not preloaded for PySpark's workers: {name} ({type(exc).__name__}: {exc})")
+    return failures
+
+
+def preloaded_modules(environ: Mapping[str, str]) -> list[str]:
+    """:data:`PRELOADED` and the modules ``STREAMSTATE_WORKER_PRELOAD`` adds."""
+    extra = [name.strip() for name in environ.get(PRELOAD_VARIABLE, "").split(",") if name.strip()]
+    return [*PRELOADED, *(name for name in extra if name not in PRELOADED)]
+
+
 def worker_python(python: str) -> str:
     """The executable Spark should start Python workers with: this launcher (installed beside the
     interpreter with the library) when ``python`` is this interpreter, else ``python`` as given."""
@@ -108,4 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     if args[1] == DAEMON:
         # The daemon's module calls gc.collect() through the gc module: its forked workers get this one.
         gc.collect = BetweenTasksCollector()
+        for failure in preload(preloaded_modules(os.environ)):
+            print(failure, file=sys.stderr, flush=True)
+        gc.freeze()  # the preloaded heap: out of every worker's collections, and its pages stay shared
+        # Python 3.12+ warns at a fork with more than one thread; the module docstring says why these are safe.
+        warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)

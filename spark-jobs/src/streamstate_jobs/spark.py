@@ -21,7 +21,7 @@ from pyspark import SparkContext
 from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
-from streamstate.spark_python import worker_python
+from streamstate.spark_python import PRELOAD_VARIABLE, worker_python
 from streamstate_jobs import class_archive
 from streamstate_jobs.code_shipping import is_local_master, ship_code
 from streamstate_pipeline.settings import Settings
@@ -112,6 +112,9 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         # The UI's kill links stop queries and jobs with one unauthenticated request.
         .config("spark.ui.killEnabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # The jobs' modules (the registry imports each declared job's), imported by PySpark's
+        # daemon once instead of by every worker it forks (streamstate.spark_python).
+        .config(f"spark.executorEnv.{PRELOAD_VARIABLE}", "streamstate_jobs.registry")
     )
     for key, value in s3a_conf(settings).items():
         builder = builder.config(key, value)
