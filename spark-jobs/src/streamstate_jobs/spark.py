@@ -129,7 +129,8 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
     for key, value in {**shipped_checkpoint_io_conf(Path(_find_spark_home(), "jars"), conf), **conf}.items():
         builder = builder.config(key, value)
     starts_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ  # noqa: SLF001 - PySpark keeps its JVM only here
-    if settings.spark_jars and not (starts_jvm and is_local_master(master)):
+    # The jars go on the JVM's own classpath where connector_classpath_conf puts them there, else through spark.jars.
+    if settings.spark_jars and not (starts_jvm and connector_classpath_conf(settings.spark_jars, master, conf)):
         builder = builder.config("spark.jars", settings.spark_jars)
     if starts_jvm:
         launch = launch_conf(settings.spark_jars, master, conf)
