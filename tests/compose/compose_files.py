@@ -49,12 +49,12 @@ def compose() -> dict[str, Any]:
 
 def env_example() -> dict[str, str]:
     """The variables .env.example documents, set (``KEY=value``) or shown commented out with
-    their default (``# KEY=value``)."""
+    their default (``# KEY=value``; a value with spaces in double quotes, which compose removes)."""
     entries = {}
     for line in ENV_EXAMPLE.read_text().splitlines():
-        match = re.fullmatch(r"#?\s*([A-Z][A-Z0-9_]*)=(\S*)", line.strip())
+        match = re.fullmatch(r'#?\s*([A-Z][A-Z0-9_]*)=("[^"]*"|\S*)', line.strip())
         if match:
-            entries[match[1]] = match[2]
+            entries[match[1]] = match[2].removeprefix('"').removesuffix('"')
     return entries
 
 
@@ -134,13 +134,15 @@ def image_tag(image: str) -> str | None:
     return last.split(":", 1)[1] if ":" in last else None
 
 
-def compose_config_without_dot_env(*files: Path) -> subprocess.CompletedProcess:
+def compose_config_without_dot_env(*files: Path, variables: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`docker-compose config` of ``files`` as a user with a fresh clone sees it: no .env (an
-    empty one stands in for a developer's own), no secret set in the environment."""
+    empty one stands in for a developer's own), no secret and no variable of the compose file
+    set in the environment but ``variables``."""
     import os
     import tempfile
 
-    environment = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    used = {name for name, _, _ in VARIABLE.findall(COMPOSE_FILE.read_text())}
+    environment = {k: v for k, v in os.environ.items() if k not in SECRETS and k not in used} | (variables or {})
     arguments = [argument for path in files for argument in ("-f", str(path))]
     with tempfile.NamedTemporaryFile("w", suffix=".env") as empty:
         return subprocess.run(

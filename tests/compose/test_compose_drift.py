@@ -56,6 +56,7 @@ JOB_DIFFERENCES = {
     "STREAMSTATE_SPARK_DRIVER_HOST": "executors in other containers reach the driver by its container name",
     "STREAMSTATE_CORES_MAX": "sizing on the compose cluster, where two jobs share two workers",
     "STREAMSTATE_EXECUTOR_CORES": "sizing on the compose cluster",
+    "JAVA_TOOL_OPTIONS": "compose's JVM_OPTIONS default; natively make run's RUN_JVM_OPTIONS, the same (test_compose_offline)",
     "STREAMSTATE_METRICS_HOST": "Prometheus scrapes the jobs across the compose network (ports not published); natively on loopback",
     "AWS_ACCESS_KEY_ID": "the object store's user: in compose the jobs' own, limited to the checkpoint bucket; natively the root user made per data directory",
     "AWS_SECRET_ACCESS_KEY_FILE": "its password: a generated secret's file in compose, made per data directory natively",
@@ -142,6 +143,7 @@ def test_the_broker_settings_are_the_same(tmp_path):
     )
     compared = {key: value for key, value in compose_kafka.items() if key.startswith("KAFKA_") and key not in KAFKA_ADDRESSING}
     assert compared.pop("KAFKA_HEAP_OPTS") == f"-Xmx{KAFKA_HEAP}"
+    compared.pop("KAFKA_JVM_PERFORMANCE_OPTS")  # the JVM's options, not a broker setting: test_compose_offline
     as_properties = {key.removeprefix("KAFKA_").lower().replace("_", "."): value for key, value in compared.items()}
     for key, value in as_properties.items():
         assert native.get(key) == value, f"{key}: compose {value!r}, native {native.get(key)!r}"
@@ -174,7 +176,7 @@ def test_the_jobs_environment_is_the_production_profiles(job, tmp_path):
     for key, value in compose_env.items():
         if key in JOB_DIFFERENCES:
             # A *_FILE variable is read into its variable by the image's entry point (file-env.sh).
-            assert key.removesuffix("_FILE") in native or key in ("STREAMSTATE_CORES_MAX", "STREAMSTATE_EXECUTOR_CORES"), key
+            assert key.removesuffix("_FILE") in native or key in ("STREAMSTATE_CORES_MAX", "STREAMSTATE_EXECUTOR_CORES", "JAVA_TOOL_OPTIONS"), key
             continue
         assert native.get(key) == value, f"{key}: compose {value!r}, native production profile {native.get(key)!r}"
     # What makes it the production path is set on both sides.

@@ -2,10 +2,9 @@
 
 Brings up docker-compose.yml with infra/docker/compose.local-images.yml (everything but the
 demo producers, so the scenario is the only traffic; Grafana has no local image), with no
-.env: the secrets are the ones the `secrets` service generates. Its one change to the stack
-is tests/compose/jvm-options.override.yml: the JVMs run with the JVM options of the rest of
-the suite (``JAVA_TOOL_OPTIONS``, C1 only and the serial collector, as `make test` sets them),
-which took the test, run alone, from about 10 to 6.7 minutes on 2 cores. Then, in one story:
+.env: the secrets are the ones the `secrets` service generates, and the JVMs run with the
+stack's default ``JVM_OPTIONS`` (C1 only and the serial collector, as `make test` and `make
+run` start theirs). Then, in one story:
 
 1. the shared scenario of ``tests/scenario.py`` is produced in parts while a Spark worker
    and then the Kafka container are killed (``docker kill``) and started again;
@@ -33,7 +32,6 @@ import os
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
@@ -51,7 +49,6 @@ from tests.compose.compose_files import (
 )
 
 PROJECT = "streamstate-compose-test"
-JVM_OPTIONS_FILE = Path(__file__).with_name("jvm-options.override.yml")
 PROMETHEUS_CONFIG = REPO_ROOT / "infra" / "prometheus" / "prometheus.yml"
 SCENARIO_SEED = 2026
 # The demo producers would mix their traffic into the scenario's topics; Grafana has no local image.
@@ -227,12 +224,11 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
     ports = host_ports(["KAFKA_HOST_PORT", "API_PORT", "GRAFANA_PORT", "PROMETHEUS_PORT", "MINIO_API_PORT",
                         "MINIO_CONSOLE_PORT", "SPARK_MASTER_UI_PORT"])
     env_file = tmp_path_factory.mktemp("compose") / "ports.env"
-    jvm_options = os.environ.get("JAVA_TOOL_OPTIONS", "")
     env_file.write_text("".join(f"{name}={value}\n" for name, value in
-                                {"COMPOSE_PROJECT_NAME": PROJECT, "TEST_JVM_OPTIONS": jvm_options, **ports}.items()))
+                                {"COMPOSE_PROJECT_NAME": PROJECT, **ports}.items()))
     assert not set(SECRETS) & set(os.environ), "a secret set in the environment would bypass the generated ones"
     compose_stack = DockerCompose(
-        context=REPO_ROOT, compose_file_name=["docker-compose.yml", str(LOCAL_IMAGES_FILE), str(JVM_OPTIONS_FILE)], build=False, pull=False,
+        context=REPO_ROOT, compose_file_name=["docker-compose.yml", str(LOCAL_IMAGES_FILE)], build=False, pull=False,
         wait=False, services=SERVICES, env_file=str(env_file),
     )
     # A run killed before its teardown (a killed pytest, Ctrl-C twice) leaves this project's volumes,
@@ -285,6 +281,18 @@ def assert_spark_jvms_map_the_class_archive(stack: Stack) -> None:
     # ...and the executors' Python workers start through the jobs' launcher (no jar on their path).
     daemons = stack.cli("exec", "-T", "spark-worker-1", "sh", "-c", "pgrep -af 'pyspark[.]daemon' || true")
     assert daemons and all("streamstate-spark-python" in line for line in daemons.splitlines()), daemons
+
+
+def assert_every_jvm_compiles_with_c1_only(stack: Stack) -> None:
+    """Every JVM of the stack runs with JVM_OPTIONS' default, C1 only (docker-compose.yml): no C2
+    compiler thread in the broker, the master, the workers and the executors they started, or
+    the drivers. A JVM that missed the options would compile with C2 as well; only its threads tell."""
+    for service in ("kafka", "spark-master", "spark-worker-1", "spark-worker-2", "sessions-job", "anomalies-job"):
+        threads = stack.cli("exec", "-T", service, "sh", "-c",
+                            'for d in /proc/[0-9]*; do [ "$(cat $d/comm 2>/dev/null)" = java ] || continue; '
+                            'echo "java ${d#/proc/}"; cat $d/task/*/comm | grep -i compiler; done')
+        jvms = [line for line in threads.splitlines() if line.startswith("java ")]
+        assert jvms and "C1 CompilerThre" in threads and "C2 CompilerThre" not in threads, f"{service}:\n{threads}"
 
 
 def assert_the_master_ui_cannot_kill(stack: Stack) -> None:
@@ -358,6 +366,7 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     feeder.feed(0)
     stack.wait_for_batches_since(batches)
     assert_spark_jvms_map_the_class_archive(stack)
+    assert_every_jvm_compiles_with_c1_only(stack)
     assert_the_master_ui_cannot_kill(stack)
     stack.kill("spark-worker-1")
     feeder.feed(1)
