@@ -7,7 +7,7 @@ import io
 import pytest
 
 from streamstate_producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
-from streamstate_producers.kafka_writer import _wait
+from streamstate_producers.kafka_writer import PACE_STEP_S, _pace, _wait
 from streamstate_producers.pacing import ProgressLine, TokenBucket
 from streamstate_producers.scenario import ScenarioError, read_scenario, write_scenario
 
@@ -115,6 +115,21 @@ def test_paced_sends_keep_the_rate_with_millisecond_waits(rate):
     # within one wait: a longer wait is made up by the bucket's tokens, never beyond the rate.
     assert clock.now - 100.0 == pytest.approx((sends - bucket.capacity) / rate, abs=0.001)
     assert producer.calls <= 2 * sends  # a wait's whole milliseconds, then at most one more
+
+
+@pytest.mark.parametrize("rate", [30.0, 300.0, 5_000.0, 100_000.0])
+def test_paced_records_wait_in_steps_and_keep_the_rate(rate):
+    clock = FakeClock()
+    bucket, producer = TokenBucket(rate, clock=clock), MillisecondPoll(clock)
+    sends = int(rate * 2)
+    for _ in range(sends):
+        _pace(producer, bucket, clock)
+    paced_s = clock.now - 100.0
+    # The rate holds, to within the one step the last records may still owe.
+    assert (sends - bucket.capacity) / rate - PACE_STEP_S - 0.001 <= paced_s <= (sends - bucket.capacity) / rate + 0.001
+    # At most two polls a step (its whole milliseconds, then one more), whatever the rate: a
+    # wait per record polled twice a record (12 a step at 300 records/s).
+    assert producer.calls <= 2 * paced_s / PACE_STEP_S + 2
 
 
 def test_token_bucket_refuses_a_non_positive_rate():

@@ -153,7 +153,7 @@ def produce_records(
             if duration_s is not None and now - started >= duration_s:
                 break
             if bucket is not None:
-                _wait(producer, now + bucket.delay())
+                _pace(producer, bucket)
             _send(producer, record, deliveries)
             handed += 1
             if handed % 1000 == 0 or bucket is not None:
@@ -183,6 +183,18 @@ def produce_records(
 
 # librdkafka's poll waits whole milliseconds: asked for less, it returns at once.
 POLL_GRANULARITY_S = 0.001
+# Paced records wait in steps of at least this long. A wait for every record woke the process
+# twice a record: at the demo's 300 records/s that took 9 % of a core, of which generating the
+# records was 1 %. The bucket's debt carries the waits skipped, so the rate holds; records
+# leave in bursts of at most rate x PACE_STEP_S (3 at 300 records/s).
+PACE_STEP_S = 0.01
+
+
+def _pace(producer: Producer, bucket: TokenBucket, clock: Callable[[], float] = time.monotonic) -> None:
+    """Take ``bucket``'s token for the next record, waiting once the wait owed reaches PACE_STEP_S."""
+    delay = bucket.delay()
+    if delay >= PACE_STEP_S:
+        _wait(producer, clock() + delay, clock)
 
 
 def _wait(producer: Producer, until: float, clock: Callable[[], float] = time.monotonic) -> None:
