@@ -7,7 +7,7 @@ import io
 import pytest
 
 from streamstate_producers.generators import MetricGenerator, ProducedRecord, UserEventGenerator
-from streamstate_producers.kafka_writer import PACE_STEP_S, _pace, _wait
+from streamstate_producers.kafka_writer import PACE_STEP_S, _pace, _paced, _wait
 from streamstate_producers.pacing import ProgressLine, TokenBucket
 from streamstate_producers.scenario import ScenarioError, read_scenario, write_scenario
 
@@ -130,6 +130,18 @@ def test_paced_records_wait_in_steps_and_keep_the_rate(rate):
     # At most two polls a step (its whole milliseconds, then one more), whatever the rate: a
     # wait per record polled twice a record (12 a step at 300 records/s).
     assert producer.calls <= 2 * paced_s / PACE_STEP_S + 2
+
+
+def test_a_paced_record_is_made_after_its_wait_not_before():
+    """The generators stamp a record with the clock as they make it: no wait may pass between
+    the stamp and the hand-over (it would count in an event-to-alert latency)."""
+    clock = FakeClock()
+    bucket, producer = TokenBucket(300.0, clock=clock), MillisecondPoll(clock)
+    stamped = (clock.now for _ in range(900))  # each record: the time it was made
+    handed = [(made, clock.now) for made in _paced(stamped, producer, bucket, clock)]
+    assert len(handed) == 900 and producer.calls > 0
+    assert all(made == at for made, at in handed)
+    assert handed[-1][1] - 100.0 >= (900 - bucket.capacity) / 300.0 - PACE_STEP_S  # and paced all the same
 
 
 def test_token_bucket_refuses_a_non_positive_rate():

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -145,15 +145,12 @@ def produce_records(
     interrupted = False
     handed = 0
     try:
-        for record in records:
+        for record in _paced(records, producer, bucket):
             if stop is not None and stop.is_set():
                 interrupted = True
                 break
-            now = time.monotonic()
-            if duration_s is not None and now - started >= duration_s:
+            if duration_s is not None and time.monotonic() - started >= duration_s:
                 break
-            if bucket is not None:
-                _pace(producer, bucket)
             _send(producer, record, deliveries)
             handed += 1
             if handed % 1000 == 0 or bucket is not None:
@@ -188,6 +185,22 @@ POLL_GRANULARITY_S = 0.001
 # records was 1 %. The bucket's debt carries the waits skipped, so the rate holds; records
 # leave in bursts of at most rate x PACE_STEP_S (3 at 300 records/s).
 PACE_STEP_S = 0.01
+
+
+def _paced(
+    records: Iterable[ProducedRecord], producer: Producer, bucket: TokenBucket | None, clock: Callable[[], float] = time.monotonic
+) -> Iterator[ProducedRecord]:
+    """``records``, each taken from its iterable once its turn has come (with ``bucket``): the
+    generators stamp a record with the wall clock as they make it, and a wait between its stamp
+    and its send would count in an event-to-alert latency."""
+    pending = iter(records)
+    while True:
+        if bucket is not None:
+            _pace(producer, bucket, clock)
+        record = next(pending, None)
+        if record is None:
+            return
+        yield record
 
 
 def _pace(producer: Producer, bucket: TokenBucket, clock: Callable[[], float] = time.monotonic) -> None:
