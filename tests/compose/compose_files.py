@@ -33,6 +33,11 @@ SECRET_READERS = {
 SECRETS_DIR = "/run/secrets"
 GENERATE_SECRETS = REPO_ROOT / "infra" / "secrets" / "generate.sh"
 FILE_ENV = REPO_ROOT / "infra" / "docker" / "file-env.sh"
+# The services that run JVMs, and the variable that hands each its options (Kafka's scripts
+# put KAFKA_JVM_PERFORMANCE_OPTS where their G1 tuning goes; the Spark image's JVMs, executors
+# included, take JAVA_TOOL_OPTIONS).
+JVM_SERVICES = {"kafka": "KAFKA_JVM_PERFORMANCE_OPTS", "spark-master": "JAVA_TOOL_OPTIONS", "spark-worker-1": "JAVA_TOOL_OPTIONS",
+                "spark-worker-2": "JAVA_TOOL_OPTIONS", "sessions-job": "JAVA_TOOL_OPTIONS", "anomalies-job": "JAVA_TOOL_OPTIONS"}
 # The compose file for machines that reach no registry: the stand-ins `make images` builds.
 LOCAL_IMAGES_FILE = REPO_ROOT / "infra" / "docker" / "compose.local-images.yml"
 # `${VAR}`, `${VAR:-default}`, `${VAR:?message}`: group 1 the name, group 2 the operator, group 3 the rest.

@@ -22,6 +22,7 @@ from tests.compose.compose_files import (
     DOCKERFILES,
     FILE_ENV,
     GENERATE_SECRETS,
+    JVM_SERVICES,
     LOCAL_IMAGES_FILE,
     SECRET_READERS,
     SECRETS,
@@ -384,13 +385,6 @@ def test_dockerfile_runs_as_a_non_root_user(path):
     assert user and user.split(":")[0] not in ("root", "0"), f"{path}: final USER is {user!r}"
 
 
-# The services that run JVMs, and the variable that hands each its options (Kafka's scripts
-# put KAFKA_JVM_PERFORMANCE_OPTS where their G1 tuning goes; the Spark image's JVMs, executors
-# included, take JAVA_TOOL_OPTIONS).
-JVM_SERVICES = {"kafka": "KAFKA_JVM_PERFORMANCE_OPTS", "spark-master": "JAVA_TOOL_OPTIONS", "spark-worker-1": "JAVA_TOOL_OPTIONS",
-                "spark-worker-2": "JAVA_TOOL_OPTIONS", "sessions-job": "JAVA_TOOL_OPTIONS", "anomalies-job": "JAVA_TOOL_OPTIONS"}
-
-
 def make_run_jvm_options() -> str:
     """The JVM options `make run` gives its JVMs unless told otherwise (the Makefile's defaults)."""
     defaults = dict(re.findall(r"^(\w+) \?= (.*)$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE))
@@ -404,9 +398,10 @@ def make_run_jvm_options() -> str:
 def test_every_jvm_starts_as_make_run_starts_its_jvms_unless_jvm_options_says_otherwise(files):
     as_shipped = yaml.safe_load(compose_config_without_dot_env(COMPOSE_FILE, *files).stdout)["services"]
     emptied = yaml.safe_load(compose_config_without_dot_env(COMPOSE_FILE, *files, variables={"JVM_OPTIONS": ""}).stdout)["services"]
-    assert make_run_jvm_options() == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    make_run = make_run_jvm_options()
+    assert make_run == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     for service, variable in JVM_SERVICES.items():
-        assert as_shipped[service]["environment"][variable] == make_run_jvm_options(), service
+        assert as_shipped[service]["environment"][variable] == make_run, service
         assert emptied[service]["environment"][variable] in ("", None), service
     others = {name: sorted(set(service.get("environment") or {}) & set(JVM_SERVICES.values()))
               for name, service in as_shipped.items() if name not in JVM_SERVICES}

@@ -40,6 +40,7 @@ from streamstate_jobs.spark import CHECKPOINT_FILE_MANAGER, CHECKPOINT_FILE_MANA
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 from streamstate_stack.launcher import free_port
 from tests.compose.compose_files import (
+    JVM_SERVICES,
     LOCAL_IMAGES_FILE,
     SECRET_READERS,
     SECRETS,
@@ -287,7 +288,7 @@ def assert_every_jvm_compiles_with_c1_only(stack: Stack) -> None:
     """Every JVM of the stack runs with JVM_OPTIONS' default, C1 only (docker-compose.yml): no C2
     compiler thread in the broker, the master, the workers and the executors they started, or
     the drivers. A JVM that missed the options would compile with C2 as well; only its threads tell."""
-    for service in ("kafka", "spark-master", "spark-worker-1", "spark-worker-2", "sessions-job", "anomalies-job"):
+    for service in JVM_SERVICES:
         threads = stack.cli("exec", "-T", service, "sh", "-c",
                             'for d in /proc/[0-9]*; do [ "$(cat $d/comm 2>/dev/null)" = java ] || continue; '
                             'echo "java ${d#/proc/}"; cat $d/task/*/comm | grep -i compiler; done')
