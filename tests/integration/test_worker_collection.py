@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from streamstate.testing.spark import JARS_VARIABLE
 from streamstate_pipeline import binaries
@@ -68,6 +69,43 @@ def test_a_reused_worker_finds_what_its_earlier_tasks_left_frozen(spark):
         seen[pid] += 1
     assert reused, f"Spark reuses an idle worker for the next task: {runs}"
     assert all(frozen > 10_000 for frozen in reused), f"the modules a worker imported are frozen after its first task: {runs}"
+
+
+def _daemon_of_source_workers(batches):
+    import os
+
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist([{"daemon": os.getppid()}])
+
+
+class _DaemonOfStateWorkers(StatefulProcessor):
+    def init(self, handle) -> None:
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):
+        import os
+
+        import pandas as pd
+
+        for _ in rows:
+            pass
+        yield pd.DataFrame({"daemon": [os.getppid()]})
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_source_and_the_state_stage_share_one_daemon(spark):
+    """A job's first batch forks its source's workers (mapInArrow) and its state's
+    (transformWithStateInPandas) from one daemon, which imported the jobs once: Spark starts a
+    daemon per distinct worker environment, and its UDF runners' simplified tracebacks made two."""
+    spark.streams.active  # a batch transformWithState needs the state store coordinator a streaming query starts
+    source = {row.daemon for row in spark.range(2, numPartitions=2).mapInArrow(_daemon_of_source_workers, "daemon long").collect()}
+    state = spark.range(4).groupBy("id").transformWithStateInPandas(_DaemonOfStateWorkers(), "daemon long", "Update", "None")
+    assert {row.daemon for row in state.collect()} == source, "the state stage's workers came from a daemon of their own"
 
 
 _USERS_TEST_SESSION = """

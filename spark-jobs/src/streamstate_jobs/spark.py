@@ -112,6 +112,11 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         # The UI's kill links stop queries and jobs with one unauthenticated request.
         .config("spark.ui.killEnabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # Spark keys its Python daemons by the workers' environment, and only the UDF runners set
+        # SPARK_SIMPLIFIED_TRACEBACK (transformWithStateInPandas's does not): with it on, a job
+        # started a second daemon for its state stage, importing everything again (1 CPU-s, its
+        # own heap) in the first batch. Tracebacks from the source's UDFs then keep PySpark's frames.
+        .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
         # The jobs' modules (the registry imports each declared job's), imported by PySpark's
         # daemon once instead of by every worker it forks (streamstate.spark_python).
         .config(f"spark.executorEnv.{PRELOAD_VARIABLE}", "streamstate_jobs.registry")
