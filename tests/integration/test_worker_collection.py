@@ -102,7 +102,9 @@ def test_the_source_and_the_state_stage_share_one_daemon(spark):
     """A job's first batch forks its source's workers (mapInArrow) and its state's
     (transformWithStateInPandas) from one daemon, which imported the jobs once: Spark starts a
     daemon per distinct worker environment, and its UDF runners' simplified tracebacks made two."""
-    spark.streams.active  # a batch transformWithState needs the state store coordinator a streaming query starts
+    # A batch transformWithState needs the state store coordinator, which the session's
+    # streaming query manager starts as it is made.
+    _ = spark.streams
     source = {row.daemon for row in spark.range(2, numPartitions=2).mapInArrow(_daemon_of_source_workers, "daemon long").collect()}
     state = spark.range(4).groupBy("id").transformWithStateInPandas(_DaemonOfStateWorkers(), "daemon long", "Update", "None")
     assert {row.daemon for row in state.collect()} == source, "the state stage's workers came from a daemon of their own"
