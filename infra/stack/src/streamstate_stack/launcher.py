@@ -24,8 +24,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from streamstate_jobs.registry import job_spec
 from streamstate_stack.servers import KAFKA_HEAP, CLUSTER_NODES, KafkaBroker, MinioServer, S3Credentials, cluster_nodes, new_cluster_id
 from streamstate_stack.profiles import EMBEDDED, Profile
 from streamstate_pipeline.settings import REPO_ROOT, Settings
@@ -238,18 +238,20 @@ class EmbeddedStack:
         return [p.pid for p in self.processes.values()]
 
     # -- components ----------------------------------------------------------------
-    def start_broker(self, port: int | None = None) -> str:
+    def start_broker(self, port: int | None = None, meanwhile: Callable[[], object] | None = None) -> str:
         """Apache Kafka as a KRaft broker with the pipeline topics, its data in ``workdir/kafka``
         (storage formatted on first use); returns its bootstrap address. The jobs' settings get
         Spark's Kafka connector jars, and the local checkpoint file system is installed. Started
         again (after :meth:`kill_broker`) it keeps its ports and data; ``port`` None takes a free
-        port, unless a broker was started before."""
+        port, unless a broker was started before. ``meanwhile`` runs while the broker's JVM starts."""
         if self.kafka is None or port is not None:
             self.kafka = KafkaBroker(self.workdir / "kafka", port or free_port(), free_port())
         if self.kafka.format_storage() is not None:
             self.broker_storage_new = True
             self.say(f"Apache Kafka storage formatted in {self.kafka.data}")
         proc = self.spawn("broker", self.kafka.argv())
+        if meanwhile is not None:
+            meanwhile()
         bootstrap = self.kafka.bootstrap
         self._await_brokers(bootstrap, {self.kafka.port: proc})
         created = ensure_topics(self.settings)
@@ -387,14 +389,17 @@ class EmbeddedStack:
             f"checkpoints in {root}; the previous run's were moved to {previous}"
         )
 
-    def start_infrastructure(self, broker_port: int | None = None) -> None:
-        """Everything the jobs need under this profile: the broker and topics, and the object store."""
-        self.start_broker(broker_port)
+    def start_infrastructure(self, broker_port: int | None = None, meanwhile: Callable[[], object] | None = None) -> None:
+        """Everything the jobs need under this profile: the broker and topics, and the object store
+        (``meanwhile``: as :meth:`start_broker`)."""
+        self.start_broker(broker_port, meanwhile)
         if self.profile.s3_checkpoints:
             self.start_object_store()
 
     def start_job(self, job: str, *extra: str) -> ManagedProcess:
         """A job declared in :mod:`streamstate_jobs.registry`, by name; ``extra`` are its options."""
+        from streamstate_jobs.registry import job_spec  # the jobs' modules import PySpark: only once a job starts
+
         spec = job_spec(job)
         proc = self.spawn(spec.service, [sys.executable, "-m", "streamstate_jobs", spec.name, *extra])
         self.say(f"{spec.name} job started (pid {proc.pid}), log {proc.log_path}")

@@ -23,14 +23,25 @@ import signal
 import threading
 import time
 import urllib.request
+from typing import TYPE_CHECKING, Mapping
 
-from streamstate_jobs.registry import JOBS
 from streamstate_stack.profiles import EMBEDDED, Profile
 from streamstate_pipeline.settings import Settings
 from streamstate_stack.launcher import EmbeddedStack, free_port, port_free
 from streamstate_pipeline.topics import load_topics
 
+if TYPE_CHECKING:
+    from streamstate_jobs.declaration import JobSpec
+
 STATUS_EVERY_S = 10.0
+
+
+def declared_jobs() -> Mapping[str, JobSpec]:
+    """The jobs of :mod:`streamstate_jobs.registry`. Their modules import PySpark, pandas and
+    pyarrow (most of a second on 2 cores), so ``up`` imports them while the broker's JVM starts."""
+    from streamstate_jobs.registry import JOBS
+
+    return JOBS
 
 
 def broker_port(settings: Settings) -> int:
@@ -47,7 +58,7 @@ def broker_port(settings: Settings) -> int:
 def _free_ports(settings: Settings) -> Settings:
     """Keep the configured ports where they are free; move the busy ones, and say so."""
     moved = {}
-    for field in ("api_port", *(spec.metrics_port for spec in JOBS.values() if spec.metrics_port), "prometheus_port"):
+    for field in ("api_port", *(spec.metrics_port for spec in declared_jobs().values() if spec.metrics_port), "prometheus_port"):
         port = getattr(settings, field)
         if port and not port_free(port):
             moved[field] = free_port()
@@ -79,24 +90,25 @@ def _status_line(settings: Settings) -> str:
 def input_streams(settings: Settings) -> dict[str, int]:
     """The Kinesis streams of ``source=kinesis``: the jobs' input topics' names, with their partition counts as shards."""
     counts = {t.name: t.partitions for t in load_topics(settings.topics_file, settings.partitions)}
-    inputs = dict.fromkeys(topic for spec in JOBS.values() for topic in spec.input_topics(settings))
+    inputs = dict.fromkeys(topic for spec in declared_jobs().values() for topic in spec.input_topics(settings))
     return {name: counts.get(name, 4) for name in inputs}
 
 
 def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile: Profile = EMBEDDED) -> int:
-    settings = _free_ports(settings)
     stack = EmbeddedStack(settings=settings, profile=profile)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         stack.say(f"profile {profile.name}: {profile.summary}")
-        stack.start_infrastructure(broker_port(settings))
+        stack.start_infrastructure(broker_port(settings), meanwhile=declared_jobs)
+        declared = declared_jobs()
+        stack.settings = _free_ports(stack.settings)
         if settings.source == "kinesis":
             stack.start_kinesis(streams=input_streams(settings))
         stack.say(stack.prepare_checkpoints())
         if jobs:
-            for name in JOBS:
+            for name in declared:
                 stack.start_job(name)
         stack.start_api()
         stack.start_prometheus()
@@ -112,7 +124,8 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
                     f"  API docs        http://{s.api_host}:{s.api_port}/docs",
                     f"  recent alerts   http://{s.api_host}:{s.api_port}/alerts",
                     f"  active sessions http://{s.api_host}:{s.api_port}/sessions?active=true",
-                    "  job metrics     " + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in JOBS.items() if spec.metrics_port),
+                    "  job metrics     "
+                    + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in declared.items() if spec.metrics_port),
                     f"  logs            {stack.workdir / 'logs'}",
                     f"  checkpoints     {s.checkpoint_root}",
                     "The first alerts arrive about 30 s after start on 2 cores, once Spark has warmed up. Ctrl-C stops everything.",
