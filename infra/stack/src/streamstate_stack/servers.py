@@ -142,6 +142,12 @@ BROKER_SETTINGS = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
+    # One partition each for the consumer offsets and the transaction log on a single node
+    # (Kafka's 50 spread coordinators over brokers; here they cost 1.2 CPU-s of the broker's
+    # first use and 0.5 s of the first transaction, docs/profile.md). A broker whose topics
+    # exist keeps their counts: its coordinators read them from the metadata.
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
 # A cluster of three nodes, as infra/docker/compose.kafka-3.yml runs compose's: every topic
@@ -149,6 +155,9 @@ BROKER_SETTINGS = {
 # and a write acknowledged (acks=all) once two have it, so one node may be lost at any time
 # without losing an acknowledged record or stopping the writes.
 CLUSTER_SETTINGS = {
+    # Kafka's defaults: the coordinators spread over the nodes, as a production cluster's.
+    "offsets.topic.num.partitions": "50",
+    "transaction.state.log.num.partitions": "50",
     "offsets.topic.replication.factor": "3",
     "transaction.state.log.replication.factor": "3",
     "transaction.state.log.min.isr": "2",
