@@ -1,5 +1,6 @@
-"""The embedded stack launcher: topics as defined, no process left behind, and a broker
-restarted after a crash on the port it had."""
+"""The embedded stack launcher: topics as defined, no process left behind, a broker's
+coordinators loaded before a job asks for them, and a broker restarted after a crash on the
+port it had."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from streamstate_pipeline.kafka_clients import admin
 from streamstate_pipeline.settings import Settings
 from streamstate_stack.launcher import EmbeddedStack, pid_alive
 from streamstate_stack.up import broker_port
@@ -40,6 +42,24 @@ def test_stop_ends_every_process_it_started(tmp_path):
     stack.stop()
     assert not any(pid_alive(pid) for pid in pids), f"left running: {[p for p in pids if pid_alive(p)]}"
     assert child.popen.returncode is not None
+
+
+def test_a_started_broker_has_its_coordinators_topics_before_any_client_asks(tmp_path):
+    """The transaction log and the consumer offsets topic are made when a client first needs a
+    coordinator, and a job's start waited on that (1.5 s, docs/profile.md): the launcher has
+    the broker make them while the jobs start. One partition each on a single node."""
+    stack = EmbeddedStack(workdir=tmp_path, quiet=True)
+    try:
+        stack.start_broker()
+        client = admin(stack.settings.kafka)
+        internal = {"__transaction_state", "__consumer_offsets"}
+        deadline = time.monotonic() + 60
+        while not internal <= set(topics := client.list_topics(timeout=10).topics) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert internal <= set(topics), f"no client asked, and the broker has only {sorted(topics)}"
+        assert {name: len(topics[name].partitions) for name in internal} == dict.fromkeys(internal, 1)
+    finally:
+        stack.stop()
 
 
 LAUNCHER = """

@@ -18,8 +18,8 @@ trust store) and passes options prefixed ``java.`` to the Java client only. Secr
 reach a log line or ``streamstate config`` unmasked (:func:`masked`).
 
 Also here, once each: the reachability check (:func:`broker_problem`, :func:`wait_for_broker`),
-partitions' end offsets (:func:`watermarks`), the brokers' own settings (:func:`broker_settings`),
-and the turning of a Kafka error into a one-line reason (:func:`reason`).
+the coordinators' warm-up of a new broker (:func:`warm_coordinators`), partitions' end
+offsets (:func:`watermarks`), the brokers' own settings (:func:`broker_settings`), and the turning of a Kafka error into a one-line reason (:func:`reason`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 log = logging.getLogger("streamstate.kafka")
@@ -281,6 +281,41 @@ def wait_for_broker(connection: KafkaConnection, timeout_s: float = 30.0) -> Non
         if time.monotonic() >= deadline:
             raise TimeoutError(f"Kafka broker at {connection.bootstrap_servers} did not answer within {timeout_s:g}s: {last}")
         time.sleep(0.1)
+
+
+# The coordinators' errors of a broker still making or loading their topic: asked again.
+_COORDINATOR_NOT_YET = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+WARM_UP_ID = "streamstate.warm-up"
+
+
+def warm_coordinators(connection: KafkaConnection, topic: str, timeout_s: float = 60.0) -> str | None:
+    """Have a broker make and load its transaction log and its consumer offsets topic now, not
+    when a job first needs a coordinator: on a new broker that took a job's start 1.5 s
+    (its transactions check) and its first batch about 0.5 s more (docs/profile.md).
+
+    A transactional producer's first ``init_transactions`` makes the log (the id
+    :data:`WARM_UP_ID`, no transaction begun), and a reader's committed-offsets lookup for
+    ``topic`` (any existing topic) makes the offsets topic without committing, so no group is
+    created. Returns None when both answered, else why not: a warm-up only, nothing waits on
+    it, and quiet as an admin client (no librdkafka log lines)."""
+    deadline = time.monotonic() + timeout_s
+    producer = Producer(producer_config(connection, **{"transactional.id": WARM_UP_ID, "log_level": 0}))
+    try:
+        producer.init_transactions(timeout_s)
+    except KafkaException as exc:
+        return f"transaction log: {reason(exc)}"
+    consumer = Consumer(reader_config(connection, "warm-up", log_level=0))
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=max(deadline - time.monotonic(), 0.1))
+                return None
+            except KafkaException as exc:
+                if exc.args[0].code() not in _COORDINATOR_NOT_YET or time.monotonic() >= deadline:
+                    return f"consumer offsets: {reason(exc)}"
+                time.sleep(0.1)
+    finally:
+        consumer.close()
 
 
 # --------------------------------------------------------------------------- broker settings

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Callable
 from streamstate_stack.servers import KAFKA_HEAP, CLUSTER_NODES, KafkaBroker, MinioServer, S3Credentials, cluster_nodes, new_cluster_id
 from streamstate_stack.profiles import EMBEDDED, Profile
 from streamstate_pipeline.settings import REPO_ROOT, Settings
-from streamstate_pipeline.kafka_clients import wait_for_broker
+from streamstate_pipeline.kafka_clients import wait_for_broker, warm_coordinators
 from streamstate_pipeline.topics import ensure_topics
 
 
@@ -87,12 +88,22 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _libc_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except OSError:
+        return None
+
+
+# Loaded here, not in the child: between fork and exec a child must not dlopen, since another
+# thread of the launcher (the coordinators' warm-up, librdkafka's) may hold the loader's lock.
+_PRCTL = _libc_prctl()
+
+
 def _die_with_parent() -> None:
     # PR_SET_PDEATHSIG: if the launcher is SIGKILLed, its children get SIGTERM instead of lingering.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)
 
 
 @dataclass
@@ -255,6 +266,9 @@ class EmbeddedStack:
         bootstrap = self.kafka.bootstrap
         self._await_brokers(bootstrap, {self.kafka.port: proc})
         created = ensure_topics(self.settings)
+        # While the jobs start: their first transaction and batch would wait for the broker to make these.
+        threading.Thread(target=warm_coordinators, args=(self.settings.kafka, self.settings.topic_alerts),
+                         name="coordinators-warm-up", daemon=True).start()
         self.say(
             f"Apache Kafka {_versions()['KAFKA_VERSION']} (KRaft) at {bootstrap}, data in {self.kafka.data}; "
             f"topics created: {', '.join(created) or 'none'}"
