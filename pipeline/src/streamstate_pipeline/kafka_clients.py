@@ -284,8 +284,8 @@ def wait_for_broker(connection: KafkaConnection, timeout_s: float = 30.0) -> Non
         time.sleep(0.1)
 
 
-# The coordinators' errors of a broker still making or loading their topic: asked again.
-_COORDINATOR_NOT_YET = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+# A coordinator's answers while its topic is made, loaded or moved: asked again.
+COORDINATOR_NOT_READY = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
 WARM_UP_ID = "streamstate.warm-up"
 
 
@@ -312,7 +312,7 @@ def warm_coordinators(connection: KafkaConnection, topic: str, timeout_s: float 
                 consumer.committed([TopicPartition(topic, 0)], timeout=max(deadline - time.monotonic(), 0.1))
                 return None
             except KafkaException as exc:
-                if exc.args[0].code() not in _COORDINATOR_NOT_YET or time.monotonic() >= deadline:
+                if exc.args[0].code() not in COORDINATOR_NOT_READY or time.monotonic() >= deadline:
                     return f"consumer offsets: {reason(exc)}"
                 time.sleep(0.1)
     finally:

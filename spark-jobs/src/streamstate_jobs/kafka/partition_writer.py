@@ -57,7 +57,7 @@ from pyspark.sql import DataFrame
 
 from streamstate_pipeline.errors import JobError, coded, conditions_in
 from streamstate_jobs.declaration import count_key
-from streamstate_pipeline.kafka_clients import ClientConfig, producer_config
+from streamstate_pipeline.kafka_clients import COORDINATOR_NOT_READY, ClientConfig, producer_config
 from streamstate_jobs.kinds import Kind
 from streamstate.state.packing import python_values
 
@@ -111,10 +111,7 @@ UNSUPPORTED_CODES = (
     KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
     KafkaError.INVALID_TRANSACTION_TIMEOUT,
 )
-COORDINATOR_MOVING = (
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
-)
+COORDINATOR_MOVING = (*COORDINATOR_NOT_READY, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
 
 # One producer per Python worker process and configuration: Spark reuses its Python workers
 # across tasks and batches, and a new producer would pay its broker connections every batch.
