@@ -55,6 +55,19 @@ def test_the_archive_is_named_by_the_classpath_its_jars_and_the_java(archives):
     assert class_archives.archive_path("spark-driver", classpath) != before
 
 
+def test_a_regenerated_base_archive_or_another_jvm_library_gives_another_name(archives):
+    """A dynamic archive is refused on any base archive but its own (silently, as a JVM does):
+    `java -Xshare:dump` or a JVM update must make `make` write a new one, not call it up to date."""
+    classpath = jars(archives / "lib", "a.jar")
+    server = archives / "jdk" / "lib" / "server"
+    server.mkdir(parents=True)
+    names = {class_archives.archive_path("spark-driver", classpath)}
+    for name, content in (("classes.jsa", b"base"), ("classes.jsa", b"base, dumped again"), ("libjvm.so", b"jvm")):
+        (server / name).write_bytes(content)
+        names.add(class_archives.archive_path("spark-driver", classpath))
+    assert len(names) == 4
+
+
 def test_no_java_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", "")

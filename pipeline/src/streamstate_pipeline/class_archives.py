@@ -7,7 +7,10 @@ start (``-XX:SharedArchiveFile``): a SparkSession and its first query start in a
 time (docs/profile.md has the figures).
 
 An archive fits one Java runtime and one classpath, so its name is a digest of both, the
-jars' sizes and times included: a changed jar or another Java gives another name, which
+jars' sizes and times included, and of the JVM's library and the base archive the runtime
+ships (a dynamic archive is only valid on the base it was written against: a regenerated base,
+``java -Xshare:dump``, left every archive unused while ``make`` called it up to date). A
+changed jar or another Java gives another name, which
 ``make`` builds anew (each JVM's ``build`` program: ``streamstate_jobs.class_archive`` for
 the Spark drivers, ``streamstate_stack.class_archive`` for the brokers). A JVM is given an
 archive only when it exists; the JVM checks the rest itself, and one that no longer fits is
@@ -67,9 +70,16 @@ def classpath_entries(classpath: str) -> list[Path]:
     return entries
 
 
+def runtime_files(java: Path) -> list[Path]:
+    """What an archive written by ``java`` depends on besides the classpath: the launcher, the
+    JVM's library and the base archive it maps (a JDK's lib/server/)."""
+    server = java.parent.parent / "lib" / "server"
+    return [java, server / "libjvm.so", server / "classes.jsa"]
+
+
 def archive_path(program: str, classpath: Iterable[Path]) -> Path:
     """Where the archive of ``program`` (a name) run on ``classpath`` with this Java lives."""
-    described = "\n".join(_fingerprint(path) for path in (java_executable(), *classpath))
+    described = "\n".join(_fingerprint(path) for path in (*runtime_files(java_executable()), *classpath))
     return ARCHIVES_DIR / f"{program}-{hashlib.sha256(described.encode()).hexdigest()[:16]}.jsa"
 
 
