@@ -25,6 +25,7 @@ import pytest
 # Read once, when grpc is imported: so first thing, before anything imports it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+from streamstate import fork_server
 from streamstate_pipeline.kinesis import ensure_local_credentials
 from streamstate_stack.profiles import EMBEDDED, PRODUCTION
 from streamstate_pipeline.settings import Settings
@@ -199,7 +200,9 @@ def spark(stack, tmp_path_factory):
         binaries.checkpoint_io_jar()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = stack.settings
-    session = build_spark(settings, app_name="streamstate-tests", spark__ui__enabled="false")
+    # The tests start many queries: transformWithState's pre-init processes forked (streamstate.fork_server).
+    session = build_spark(settings, app_name="streamstate-tests", spark__ui__enabled="false",
+                          **{f"spark.executorEnv.{fork_server.VARIABLE}": "on"})
     yield session
     session.stop()
 

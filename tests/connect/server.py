@@ -21,6 +21,7 @@ from typing import IO
 
 import pyspark
 
+from streamstate import fork_server
 from streamstate.spark_python import worker_python
 from streamstate.state.operators import PROVIDER_SETTING, ROCKSDB_PROVIDER
 
@@ -84,6 +85,8 @@ class ConnectServer:
         # interpreter, through the launcher the classic session uses; without it: ModuleNotFoundError.
         env["PYSPARK_PYTHON"] = worker_python(sys.executable)
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        # Its queries' pre-init and foreachBatch processes forked by one server (streamstate.fork_server).
+        env[fork_server.VARIABLE] = "on"
         return env
 
     def start(self, limit_s: float = 240.0) -> "ConnectServer":

@@ -17,6 +17,8 @@ included: together a third of the task workers' CPU in the jobs' profile (docs/p
 The pip-installed ``pyspark`` and ``py4j`` are the same releases, byte-compiled, and a jar
 holds no Python. This launcher (the ``streamstate-spark-python`` console script) drops those
 entries from the path, then runs the module Spark asked for with its arguments, as ``python -m`` would.
+With ``STREAMSTATE_FORK_SERVER=on`` the driver's one-off processes are forked from a preloaded
+server instead (:mod:`streamstate.fork_server`).
 
 For PySpark's daemon it also makes the collection between tasks cheap (:class:`BetweenTasksCollector`),
 and imports once, before it forks the task workers, what each of them would import after
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] != "-m":
         sys.exit(f"usage: streamstate-spark-python -m <module> [arg ...] (how Spark starts its Python workers); got {args}")
+    if args[1] != DAEMON:  # a one-off process of the driver: perhaps its server's to fork
+        from streamstate import fork_server
+
+        if fork_server.enabled(args[1], os.environ) and (status := fork_server.delegate(args[1:])) is not None:
+            sys.exit(status)
     drop_archives()
     if not sys.flags.safe_path:
         sys.path.insert(0, os.getcwd())  # as python -m does: functions pickled by reference to a module there resolve

@@ -1,7 +1,8 @@
 """A SparkSession for tests of jobs built on the state API.
 
 Local, two cores and two shuffle partitions (a test's data is small: more partitions only add
-tasks), Python workers started by ``streamstate-spark-python`` (:mod:`streamstate.spark_python`),
+tasks), Python workers started by ``streamstate-spark-python`` (:mod:`streamstate.spark_python`), the
+driver's one-off ones forked by its server (:mod:`streamstate.fork_server`),
 the RocksDB state store the state API needs (Spark refuses transformWithState on its default
 store), no UI, loopback only, and Spark's Kafka connector: the jars named by
 ``$STREAMSTATE_TEST_SPARK_JARS`` (comma-separated paths, for machines that reach no Maven
@@ -17,6 +18,7 @@ import sys
 import pyspark
 from pyspark.sql import SparkSession
 
+from streamstate import fork_server
 from streamstate.spark_python import worker_python
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -42,6 +44,8 @@ def spark_session_for_tests(app_name: str = "streamstate-tests", **conf: str) ->
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # A test starts many queries: transformWithState's pre-init processes forked, not started anew.
+        .config(f"spark.executorEnv.{fork_server.VARIABLE}", "on")
     )
     jars = os.environ.get(JARS_VARIABLE)
     builder = builder.config("spark.jars", jars) if jars else builder.config("spark.jars.packages", kafka_connector_package())

@@ -1,0 +1,132 @@
+"""The fork server of the launcher (streamstate.fork_server), with real processes: a stand-in for
+the JVM starts launchers the way Spark starts its one-off workers, of a probe module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamstate import fork_server
+
+PROBE = '''
+import json, os, signal, sys, time
+mode, code = sys.argv[1], int(sys.argv[2])
+if mode == "wait":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+    open(os.environ["PROBE_PID_FILE"], "w").write(str(os.getpid()))
+    time.sleep(60)
+print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "env": os.environ.get("PROBE_VALUE"),
+                  "argv": sys.argv[1:], "stdin": sys.stdin.read()}), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+sys.exit(code)
+'''
+
+# The launcher, with the probe as one more module its server serves.
+LAUNCHER = (
+    "import streamstate.fork_server as f; f.FORKED_MODULES = (*f.FORKED_MODULES, 'probe_module'); "
+    "from streamstate.spark_python import main; main()"
+)
+
+# The stand-in JVM: runs the launchers the test asks for, one after the other, as Spark starts
+# workers (their standard streams piped), and prints what each did.
+JVM = '''
+import json, os, signal, socket, subprocess, sys, time
+from streamstate import fork_server
+launcher, steps = sys.argv[1], json.loads(sys.argv[2])
+results = []
+for step in steps:
+    if step == "wait for the server":
+        deadline = time.monotonic() + 60
+        while True:
+            probe = socket.socket(socket.AF_UNIX)
+            try:
+                probe.connect(fork_server.address(os.getpid(), os.environ))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "no server within 60 s"
+                time.sleep(0.1)
+            finally:
+                probe.close()
+        continue
+    mode, code, stop = step
+    process = subprocess.Popen([sys.executable, "-c", launcher, "-m", "probe_module", mode, str(code)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if stop:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.environ["PROBE_PID_FILE"]):
+            assert time.monotonic() < deadline, "the probe never started"
+            time.sleep(0.05)
+        os.kill(process.pid, getattr(signal, stop))
+    out, err = process.communicate("the input", timeout=60)
+    results.append({"launcher": process.pid, "code": process.returncode, "out": out, "err": err})
+print(json.dumps({"jvm": os.getpid(), "results": results}))
+'''
+
+
+def run_jvm(tmp_path: Path, steps: list, **env: str) -> dict:
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    environ = {**os.environ, fork_server.VARIABLE: "on", "PROBE_VALUE": "from-the-jvm",
+               "PROBE_PID_FILE": str(tmp_path / "probe.pid"), **env}
+    result = subprocess.run([sys.executable, "-c", JVM, LAUNCHER, json.dumps(steps)], cwd=tmp_path, env=environ,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def fields(out: str) -> dict:
+    return json.loads(out)
+
+
+def gone(pid: int, within_s: float = 10) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs Linux's pidfds")
+def test_a_jvms_second_process_is_a_fork_of_its_server_with_the_launchers_streams_and_exit(tmp_path):
+    ran = run_jvm(tmp_path, [("exit", 0, None), "wait for the server", ("exit", 3, None), ("exit", 0, None)])
+    first, second, third = ran["results"]
+    # The first ran in the launcher itself (and started the server).
+    assert fields(first["out"])["pid"] == first["launcher"] and first["code"] == 0
+    for run, code in ((second, 3), (third, 0)):
+        seen = fields(run["out"])
+        assert seen["pid"] != run["launcher"] and seen["ppid"] not in (run["launcher"], ran["jvm"])
+        assert seen["cwd"] == str(tmp_path) and seen["env"] == "from-the-jvm"
+        assert seen["argv"] == ["exit", str(code)] and seen["stdin"] == "the input"
+        assert "to stderr" in run["err"] and run["code"] == code
+    server = fields(second["out"])["ppid"]
+    assert fields(third["out"])["ppid"] == server
+    assert gone(server), "the server outlived its JVM"
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs Linux's pidfds")
+@pytest.mark.parametrize(("signal_name", "code"), [("SIGTERM", 7), ("SIGKILL", -9)])
+def test_a_signal_to_the_launcher_reaches_its_child(tmp_path, signal_name, code):
+    """SIGTERM is forwarded (the child's handler exits 7, which the launcher exits with);
+    SIGKILL ends the launcher, and the server kills the child whose launcher went."""
+    ran = run_jvm(tmp_path, [("exit", 0, None), "wait for the server", ("wait", 0, signal_name)])
+    waited = ran["results"][1]
+    assert waited["code"] == code
+    child = int((tmp_path / "probe.pid").read_text())
+    assert child != waited["launcher"] and gone(child)
+
+
+def test_only_spark_one_off_modules_with_the_switch_on_are_forked():
+    on = {fork_server.VARIABLE: "on"}
+    worker = "pyspark.sql.streaming.transform_with_state_driver_worker"
+    assert fork_server.enabled(worker, on) == hasattr(os, "pidfd_open")
+    assert not fork_server.enabled(worker, {})
+    assert not fork_server.enabled(worker, {fork_server.VARIABLE: "off"})
+    assert not fork_server.enabled("pyspark.daemon", on)
