@@ -44,8 +44,6 @@ FORKED_MODULES = (
     "pyspark.sql.streaming.transform_with_state_driver_worker",
     "pyspark.sql.connect.streaming.worker.foreach_batch_worker",
 )
-# What those processes import (their modules, Arrow and pandas, the state engine).
-PRELOADED = (*FORKED_MODULES, "pyarrow", "pandas", "streamstate.state")
 # Bound by a server from its start until it serves: launchers meanwhile start no other.
 STARTING = b"/starting"
 _INT = struct.Struct("!i")
@@ -151,6 +149,8 @@ def _receive_request(connection: socket.socket) -> tuple[dict, list[int]]:
 
 def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
     """In the forked child: become the process the launcher would have been, run the module, exit."""
+    from streamstate.spark_python import as_python_m
+
     code = 1
     try:
         for fd in inherited:
@@ -165,9 +165,7 @@ def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        if not sys.flags.safe_path:
-            sys.path.insert(0, request["cwd"])
-        sys.argv = list(request["argv"])
+        as_python_m(request["argv"], request["cwd"])
         # runpy runs the module's code anew; preloaded, it would warn of its copy in sys.modules.
         sys.modules.pop(sys.argv[0], None)
         try:
@@ -193,6 +191,8 @@ def serve(jvm: int) -> None:
 
     from streamstate.spark_python import drop_archives, preload, preloaded_modules
 
+    # What those processes import: their own modules, and what the daemon's workers do.
+
     starting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         where = address(jvm, os.environ)
@@ -201,7 +201,7 @@ def serve(jvm: int) -> None:
         return
     starting.listen(1)
     drop_archives()
-    preload([*PRELOADED, *preloaded_modules(os.environ)])
+    preload([*FORKED_MODULES, *preloaded_modules(os.environ)])
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         jvm_exit = os.pidfd_open(jvm)

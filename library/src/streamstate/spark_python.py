@@ -133,6 +133,15 @@ def worker_python(python: str) -> str:
     return python
 
 
+def as_python_m(arguments: list[str], cwd: str) -> None:
+    """``sys.path`` and ``sys.argv`` as ``python -m <arguments>`` run in ``cwd`` leaves them:
+    functions pickled by reference to a module there resolve, and the daemon gets its worker
+    module (``runpy.run_module`` then sets ``argv[0]``)."""
+    if not sys.flags.safe_path:
+        sys.path.insert(0, cwd)
+    sys.argv = list(arguments)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] != "-m":
@@ -143,9 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         if fork_server.enabled(args[1], os.environ) and (status := fork_server.delegate(args[1:])) is not None:
             sys.exit(status)
     drop_archives()
-    if not sys.flags.safe_path:
-        sys.path.insert(0, os.getcwd())  # as python -m does: functions pickled by reference to a module there resolve
-    sys.argv = args[1:]  # as python -m leaves them (the daemon gets its worker module); run_module sets argv[0]
+    as_python_m(args[1:], os.getcwd())
     if args[1] == DAEMON:
         # The daemon's module calls gc.collect() through the gc module: its forked workers get this one.
         gc.collect = BetweenTasksCollector()
