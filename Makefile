@@ -62,7 +62,6 @@ broker-deps: setup              ## Apache Kafka's jars, Spark's Kafka connector 
 # again (a SparkSession starts in about half the time, a broker about 1 s sooner). Built once per
 # Spark, Kafka and Java install; a JVM is given only the archive of its own classpath.
 class-archives: broker-deps     ## the Spark drivers' and the brokers' class archives (cached in .deps/class-archives/)
-	$(BIN)/python -m streamstate_jobs.class_archive
 	$(BIN)/python -m streamstate_stack.class_archive
 
 deps: broker-deps               ## and MinIO, for s3a:// checkpoints (PROFILE=production, the tests)

@@ -63,12 +63,13 @@ prune() {
 
 native() {
     local spark_jars out stamp
-    spark_jars="$(pyspark_jars_dir)"
     out="$DEPS_DIR/spark-jars-$SPARK_VERSION"
     stamp="$(stamp_of "$POM" "$0" "$DEPS_SCRIPTS/common.sh")"
     if [ -f "$out/.installed-$stamp" ]; then
         return 0
     fi
+    # Only now: asking Python where pyspark is costs 0.2 s, and every `make run` and job start checks this install.
+    spark_jars="$(pyspark_jars_dir)"
     local wheel_hadoop
     wheel_hadoop="$(basename "$(ls "$spark_jars"/hadoop-client-api-*.jar)" .jar | sed 's/^hadoop-client-api-//')"
     resolve "$out.tmp"

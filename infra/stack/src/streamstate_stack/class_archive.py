@@ -4,6 +4,11 @@
 broker in a scratch directory: started, its topics created, a transaction written and read
 back by a read_committed consumer, then stopped as the launcher stops it. Every broker
 :class:`~streamstate_stack.servers.KafkaBroker` starts afterwards maps it.
+
+The same command first makes sure of the Spark driver's archive
+(:mod:`streamstate_jobs.class_archive`): one process for the stack's two archives, since every
+``make run`` asks whether both are up to date before anything starts, and a second interpreter
+with its imports made that 0.45 s longer.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ def _train(options: list[str]) -> None:
 
 
 def main() -> int:
+    from streamstate_jobs import class_archive as driver
+
+    driver.main([])
     class_archives.ensure(broker_archive(), "the Kafka broker", _train)
     return 0
 
