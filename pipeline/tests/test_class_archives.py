@@ -114,3 +114,23 @@ def test_a_failed_run_leaves_no_archive(archives, outcome):
     with pytest.raises(class_archives.ClassArchiveFailed):
         class_archives.build(archive, run)
     assert list(archive.parent.iterdir()) == []
+
+
+def test_a_new_archive_replaces_its_programs_earlier_ones_and_only_those(archives, capsys):
+    """Each archive is a few hundred MB, and a changed jar or Java names a new one: the earlier
+    archives of the same program go once the new one is written. Another program's, and a file
+    not named as archive_path names them (an image's --output), stay."""
+    folder = class_archives.ARCHIVES_DIR
+    folder.mkdir(parents=True)
+    stale = folder / "spark-driver-0123456789abcdef.jsa"
+    kept = [folder / "kafka-broker-0123456789abcdef.jsa", folder / "spark-driver-custom.jsa", folder / "spark-driver-0123.jsa"]
+    for path in (stale, *kept):
+        path.write_bytes(b"old")
+    archive = class_archives.archive_path("spark-driver", jars(archives / "jars", "spark-core.jar"))
+
+    class_archives.ensure(archive, "the Spark driver", lambda options: Path(options[0].removeprefix("-XX:ArchiveClassesAtExit=")).write_bytes(b"new"))
+
+    assert archive.read_bytes() == b"new"
+    assert not stale.exists()
+    assert all(path.read_bytes() == b"old" for path in kept)
+    assert stale.name in capsys.readouterr().err

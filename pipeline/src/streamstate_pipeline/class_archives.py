@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ ARCHIVES_DIR = DEPS_DIR / "class-archives"
 # The JVM's CDS messages go to standard output (where the console tools print records): off.
 # Without them an archive that does not fit is ignored silently, as intended.
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+DIGEST = re.compile(r"[0-9a-f]{16}")  # an archive's name: its program, then the digest of what it was written from
 
 
 class ClassArchiveFailed(ConfigurationError, RuntimeError):
@@ -83,6 +85,18 @@ def archive_path(program: str, classpath: Iterable[Path]) -> Path:
     return ARCHIVES_DIR / f"{program}-{hashlib.sha256(described.encode()).hexdigest()[:16]}.jsa"
 
 
+def earlier_archives(archive: Path) -> list[Path]:
+    """The other archives of ``archive``'s program beside it (named as :func:`archive_path`
+    names them: another classpath, its jars or another Java), which no JVM here is given again."""
+    program, _, digest = archive.stem.rpartition("-")
+    if not program or not DIGEST.fullmatch(digest):
+        return []
+    return sorted(
+        path for path in archive.parent.glob(f"{program}-*.jsa")
+        if path != archive and DIGEST.fullmatch(path.stem.removeprefix(f"{program}-"))
+    )
+
+
 def use_options(archive: Path) -> list[str]:
     """The JVM options that map ``archive``; none when it was not built."""
     return [f"-XX:SharedArchiveFile={archive}", *QUIET] if archive.is_file() else []
@@ -125,3 +139,7 @@ def ensure(archive: Path, jvm: str, run: Callable[[list[str]], None]) -> None:
         return
     print(f"wrote {archive.name} ({archive.stat().st_size / 1e6:.0f} MB) in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
+    # A few hundred MB each, one more at every jar or Java update. A JVM mapping one keeps it until it exits.
+    for earlier in earlier_archives(archive):
+        earlier.unlink(missing_ok=True)
+        print(f"removed the earlier class archive of {jvm}: {earlier.name}", file=sys.stderr)
