@@ -39,3 +39,13 @@ def test_an_output_that_exists_is_kept_without_starting_a_jvm(tmp_path, capsys, 
     assert class_archive.main(["--output", str(archive)]) == 0
     assert archive.read_bytes() == b"classes"
     assert f"up to date: {archive}" in capsys.readouterr().err
+
+
+def test_a_driver_writing_an_archive_maps_none(archives):
+    """A JVM refuses to start with both (Java 17: "DynamicDumpSharedSpaces is unsupported when
+    base CDS archive is not loaded"): `--output` elsewhere, with the local archive already
+    written, trained nothing."""
+    class_archive.driver_archive({}).write_bytes(b"classes")
+    writing = {class_archive.JAVA_OPTIONS: "-XX:ArchiveClassesAtExit=/elsewhere/spark.jsa -Xlog:cds=off"}
+    assert class_archive.driver_conf(writing) == {}
+    assert "-XX:SharedArchiveFile=" in class_archive.driver_conf({})[class_archive.JAVA_OPTIONS]
