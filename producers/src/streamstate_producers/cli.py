@@ -147,7 +147,9 @@ def build_parser(settings: Settings) -> OneLineParser:
     demo = commands.add_parser(
         "demo", help="events and metrics together until stopped (the default)",
         description="Events and metrics together until stopped. Records wait up to "
-        f"{DEMO_LINGER_MS} ms to share a request (-X linger.ms=N changes it).")
+        f"{DEMO_LINGER_MS} ms to share a request (-X linger.ms=N changes it). The series keep "
+        "their means and noise from run to run, whatever the seed, so that a resumed pipeline "
+        "flags the anomalies a run injects, not the series.")
     _add_connection(demo, settings)
     demo.add_argument("--events-rate", type=positive_float, default=200.0, help="user events per second (default: %(default)s)")
     demo.add_argument("--metrics-rate", type=positive_float, default=100.0, help="metric points per second (default: %(default)s)")
@@ -175,6 +177,11 @@ def _event_generator(args: argparse.Namespace, topic: str) -> UserEventGenerator
     )
 
 
+# The demo's series keep their levels from run to run: `make run` resumes the anomalies job's
+# rolling windows, and levels drawn from each run's seed made every series' first points anomalies.
+DEMO_LEVELS_SEED = 0
+
+
 def _metric_generator(args: argparse.Namespace, topic: str) -> MetricGenerator:
     return MetricGenerator(
         seed=args.seed + 1,  # not the events' seed: the two streams should not mirror each other's draws
@@ -185,6 +192,7 @@ def _metric_generator(args: argparse.Namespace, topic: str) -> MetricGenerator:
         malformed_rate=args.malformed,
         clock=args.clock,
         topic=topic,
+        levels_seed=DEMO_LEVELS_SEED if args.command == "demo" else None,
     )
 
 

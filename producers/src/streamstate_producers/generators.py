@@ -259,6 +259,8 @@ class MetricGenerator(_RecordStream):
     away from the mean, either at the given ``anomalies_at`` (series id, ts) points or at
     random with ``anomaly_rate`` once a series has ``min_history`` points (fewer points
     make a rolling z-score too weak to flag it). ``anomalies`` lists those emitted so far.
+    ``levels_seed`` draws the series' means and noise apart from everything else (None: from
+    ``seed``), so that runs with different seeds can continue the same series.
     """
 
     ANOMALY_STDS = (8.0, 12.0)
@@ -276,6 +278,7 @@ class MetricGenerator(_RecordStream):
         clock: Clock = "simulated",
         topic: str | None = None,
         min_history: int = 30,
+        levels_seed: int | None = None,
     ) -> None:
         _check_rates(anomaly_rate=anomaly_rate, malformed_rate=malformed_rate)
         if interval_ms < 1:
@@ -291,9 +294,10 @@ class MetricGenerator(_RecordStream):
         self.anomalies: list[tuple[str, int]] = []
         self._keys = [s.encode() for s in self.series_ids]
         self._baselines = []
+        levels = self._rng if levels_seed is None else random.Random(levels_seed)
         for _ in self.series_ids:
-            mean = round(self._rng.uniform(10.0, 1000.0), 2)
-            self._baselines.append((mean, mean * self._rng.uniform(0.02, 0.1)))
+            mean = round(levels.uniform(10.0, 1000.0), 2)
+            self._baselines.append((mean, mean * levels.uniform(0.02, 0.1)))
         self._history = [0] * series
         self._position = 0  # points emitted, all series per tick in id order
 
