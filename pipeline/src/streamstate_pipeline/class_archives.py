@@ -36,6 +36,7 @@ ARCHIVES_DIR = DEPS_DIR / "class-archives"
 # The JVM's CDS messages go to standard output (where the console tools print records): off.
 # Without them an archive that does not fit is ignored silently, as intended.
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+WRITE_OPTION = "-XX:ArchiveClassesAtExit="  # a JVM given it writes an archive as it exits, and may map none
 DIGEST = re.compile(r"[0-9a-f]{16}")  # an archive's name: its program, then the digest of what it was written from
 
 
@@ -113,7 +114,7 @@ def build(archive: Path, run: Callable[[list[str]], None]) -> bool:
     partial.unlink(missing_ok=True)
     try:
         try:
-            run([f"-XX:ArchiveClassesAtExit={partial}", *QUIET])
+            run([f"{WRITE_OPTION}{partial}", *QUIET])
         except (OSError, subprocess.SubprocessError) as error:
             raise ClassArchiveFailed(f"the run writing {archive.name} failed: {error}") from error
         if not partial.is_file():

@@ -60,7 +60,7 @@ def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """``spark.driver.extraJavaOptions`` mapping the driver's archive, the caller's options
     kept; empty when no archive was built for this classpath, or when the driver writes one
     (a training run): the JVM refuses to do both."""
-    if "-XX:ArchiveClassesAtExit=" in conf.get(JAVA_OPTIONS, ""):
+    if class_archives.WRITE_OPTION in conf.get(JAVA_OPTIONS, ""):
         return {}
     options = class_archives.use_options(driver_archive(conf))
     return {JAVA_OPTIONS: " ".join(filter(None, (conf.get(JAVA_OPTIONS), *options)))} if options else {}
