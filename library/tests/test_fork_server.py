@@ -56,7 +56,8 @@ for step in steps:
         continue
     mode, code, stop = step
     process = subprocess.Popen([sys.executable, "-c", launcher, "-m", "probe_module", mode, str(code)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **json.loads(os.environ.get("LAUNCHER_ENV", "{}"))})
     if stop:
         deadline = time.monotonic() + 60
         while not os.path.exists(os.environ["PROBE_PID_FILE"]):
@@ -130,3 +131,74 @@ def test_only_spark_one_off_modules_with_the_switch_on_are_forked():
     assert not fork_server.enabled(worker, {})
     assert not fork_server.enabled(worker, {fork_server.VARIABLE: "off"})
     assert not fork_server.enabled("pyspark.daemon", on)
+
+
+
+# A process that forks its own server (as a job does), then starts the stand-in JVM as its child.
+FORKING_PROCESS = '''
+import json, os, subprocess, sys
+import streamstate.fork_server as f
+f.FORKED_MODULES = (*f.FORKED_MODULES, "probe_module")
+jvm, launcher, steps = sys.argv[1], sys.argv[2], sys.argv[3]
+assert f.fork_for_children()
+ran = subprocess.run([sys.executable, "-c", jvm, launcher, steps], capture_output=True, text=True, timeout=300)
+assert ran.returncode == 0, ran.stderr
+print(json.dumps({"process": os.getpid(), **json.loads(ran.stdout)}))
+'''
+
+
+def run_forking_process(tmp_path: Path, steps: list, probe: str = PROBE, launcher_env: dict | None = None, **env: str) -> dict:
+    """The process's environment is ``env`` over the test's; its JVM starts launchers with ``launcher_env`` over its own."""
+    (tmp_path / "probe_module.py").write_text(probe)
+    environ = {**os.environ, "PROBE_VALUE": "from-the-jvm", "PROBE_PID_FILE": str(tmp_path / "probe.pid"),
+               "LAUNCHER_ENV": json.dumps(launcher_env or {}), **env}
+    environ.pop(fork_server.VARIABLE, None)
+    environ = {key: value for key, value in environ.items() if value is not None}
+    result = subprocess.run([sys.executable, "-c", FORKING_PROCESS, JVM, LAUNCHER, json.dumps(steps)], cwd=tmp_path,
+                            env=environ, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs Linux's pidfds")
+def test_a_process_forks_its_server_for_its_jvms_first_processes_and_the_server_ends_with_it(tmp_path):
+    """Every process the JVM starts, the first one included, is a child of the server the
+    process forked before it started the JVM; the JVM turned no switch on."""
+    ran = run_forking_process(tmp_path, [("exit", 0, None), ("exit", 3, None)], PYTHONHASHSEED="0")
+    servers = set()
+    for run, code in zip(ran["results"], (0, 3)):
+        seen = fields(run["out"])
+        assert seen["pid"] != run["launcher"] and seen["ppid"] not in (run["launcher"], ran["jvm"])
+        assert seen["cwd"] == str(tmp_path) and seen["env"] == "from-the-jvm"
+        assert seen["argv"] == ["exit", str(code)] and seen["stdin"] == "the input"
+        assert "to stderr" in run["err"] and run["code"] == code
+        servers.add(seen["ppid"])
+    (server,) = servers
+    assert gone(server), "the server outlived the process that forked it"
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs Linux's pidfds")
+def test_a_launcher_hashing_otherwise_than_the_forking_process_runs_its_module_itself(tmp_path):
+    """The process hashes strings at random, its JVM's launchers as Spark's workers do (seed 0):
+    a child of the server would hash as the process does, so each launcher runs its module."""
+    ran = run_forking_process(tmp_path, [("exit", 0, None), ("exit", 3, None)], PYTHONHASHSEED=None,
+                              launcher_env={"PYTHONHASHSEED": "0"})
+    for run, code in zip(ran["results"], (0, 3)):
+        assert fields(run["out"])["pid"] == run["launcher"] and run["code"] == code
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs Linux's pidfds")
+def test_a_launcher_killed_takes_its_childs_process_group_along(tmp_path):
+    """PySpark's daemon leads a process group of its workers: a launcher SIGKILLed (the JVM
+    destroying it) leaves none of them behind."""
+    probe = PROBE.replace('mode, code = sys.argv[1], int(sys.argv[2])\n',
+                          'mode, code = sys.argv[1], int(sys.argv[2])\nos.setpgid(0, 0)\nworker = os.fork()\n'
+                          'if worker == 0:\n    null = os.open(os.devnull, os.O_RDWR)\n'
+                          '    [os.dup2(null, fd) for fd in (0, 1, 2)]\n    time.sleep(60)\n    os._exit(0)\n'
+                          'open(os.environ["PROBE_PID_FILE"] + ".worker", "w").write(str(worker))\n')
+    assert probe != PROBE
+    ran = run_forking_process(tmp_path, [("wait", 0, "SIGKILL")], probe=probe, PYTHONHASHSEED="0")
+    assert ran["results"][0]["code"] == -9
+    child = int((tmp_path / "probe.pid").read_text())
+    worker = int((tmp_path / "probe.pid.worker").read_text())
+    assert gone(child) and gone(worker)

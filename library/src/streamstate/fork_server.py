@@ -16,8 +16,16 @@ before. A launcher that is killed (the JVM destroys a worker it is done with) ta
 along: the server kills a child whose launcher's connection closed.
 
 A server serves one JVM, the launcher's parent, and exits when that JVM does. A JVM's first
-request starts it and runs its module itself meanwhile. Jobs leave it off: they start a query
-once per JVM, and a server's imports would only add to their start.
+request starts it and runs its module itself meanwhile.
+
+A process that has already imported what Spark's Python processes import, and then starts a
+JVM, can fork its own server first (:func:`fork_for_children`, as the pipeline's jobs do):
+that server serves every JVM the process starts, PySpark's daemon included, and exits with the
+process. Each of a job's JVMs then forks its daemon and its pre-init process instead of starting
+interpreters that import PySpark, pyarrow and the jobs again on the first batch's path (about a
+CPU-second of a job's start; docs/profile.md). A child of that server hashes strings as the
+process does, so the server forks only for a launcher whose ``PYTHONHASHSEED`` is the
+process's own (Spark gives its workers ``0``); any other runs its module itself.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ if TYPE_CHECKING:
     import selectors
 
 VARIABLE = "STREAMSTATE_FORK_SERVER"
+# Set by fork_for_children: the address of the calling process's own server.
+SOCKET_VARIABLE = "STREAMSTATE_FORK_SERVER_SOCKET"
+DAEMON = "pyspark.daemon"
 # The modules Spark starts as new interpreters that a fork serves: transformWithState's
 # pre-init process and Spark Connect's foreachBatch process.
 FORKED_MODULES = (
@@ -51,8 +62,17 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 def enabled(module: str, environ: Mapping[str, str]) -> bool:
-    """Whether the launcher hands ``module`` to a fork server (Linux: abstract sockets, pidfds)."""
+    """Whether the launcher hands ``module`` to its JVM's fork server (Linux: abstract sockets, pidfds)."""
     return environ.get(VARIABLE, "").lower() == "on" and module in FORKED_MODULES and hasattr(os, "pidfd_open")
+
+
+def process_server(module: str, environ: Mapping[str, str]) -> bytes | None:
+    """The address of the server a process forked for its JVMs (:func:`fork_for_children`)
+    when it serves ``module``: PySpark's daemon and the one-off processes."""
+    where = environ.get(SOCKET_VARIABLE)
+    if not where or (module != DAEMON and module not in FORKED_MODULES):
+        return None
+    return b"\0" + where.encode()
 
 
 def _start_ticks(pid: int) -> str:
@@ -93,11 +113,21 @@ def delegate(arguments: list[str]) -> int | None:
         if not _connected_and_closed(where + STARTING):  # none starting either (it imports for a second or so)
             _start_server(jvm)
         return None
+    return _forked(connection, arguments)
+
+
+def delegate_to(where: bytes, arguments: list[str]) -> int | None:
+    """:func:`delegate` to the server at ``where``; None when it does not answer or refuses."""
+    connection = _connected(where)
+    return None if connection is None else _forked(connection, arguments)
+
+
+def _forked(connection: socket.socket, arguments: list[str]) -> int | None:
     with connection:
         request = json.dumps({"argv": arguments, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         socket.send_fds(connection, [_INT.pack(len(request)) + request], [0, 1, 2])
         child = _read_int(connection)
-        if child is None:  # the server went before it forked
+        if child is None:  # the server went, or refused, before it forked
             return None
         for signum in _FORWARDED:
             signal.signal(signum, lambda received, _frame: os.kill(child, received))
@@ -164,8 +194,17 @@ def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        if "logging" in sys.modules:  # a new interpreter's: the forking process may have configured its own
+            import logging
+
+            logging.root.handlers.clear()
+            logging.root.setLevel(logging.WARNING)
         os.chdir(request["cwd"])
         as_python_m(request["argv"], request["cwd"])
+        if sys.argv[0] == DAEMON:
+            from streamstate.spark_python import prepare_daemon
+
+            prepare_daemon()
         # runpy runs the module's code anew; preloaded, it would warn of its copy in sys.modules.
         sys.modules.pop(sys.argv[0], None)
         try:
@@ -186,12 +225,7 @@ def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
 
 def serve(jvm: int) -> None:
     """Import what the one-off processes import, then fork one per request until ``jvm`` exits."""
-    import gc
-    import selectors
-
-    from streamstate.spark_python import drop_archives, preload, preloaded_modules
-
-    # What those processes import: their own modules, and what the daemon's workers do.
+    from streamstate.spark_python import drop_archives
 
     starting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -201,7 +235,7 @@ def serve(jvm: int) -> None:
         return
     starting.listen(1)
     drop_archives()
-    preload([*FORKED_MODULES, *preloaded_modules(os.environ)])
+    _preload(FORKED_MODULES)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         jvm_exit = os.pidfd_open(jvm)
@@ -210,6 +244,66 @@ def serve(jvm: int) -> None:
         return
     listener.listen(64)
     starting.close()
+    _serve(listener, jvm_exit)
+
+
+def fork_for_children(preload: Iterable[str] = ()) -> bool:
+    """Fork this process's own server, for the JVMs it starts from now on (their launchers find
+    it through :data:`SOCKET_VARIABLE`): call it before this process starts any thread of its
+    own. The server imports ``preload`` and what Spark's Python processes import, beside this
+    process, and exits with it. False where there are no pidfds (nothing forked)."""
+    if not hasattr(os, "pidfd_open"):
+        return False
+    parent = os.getpid()
+    name = f"streamstate-fork-server/{os.getuid()}/{parent}-{_start_ticks(parent)}/process"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0" + name.encode())
+    listener.listen(64)  # bound before the fork: a launcher finds it even while it imports
+    parent_exit = os.pidfd_open(parent)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    if os.fork() == 0:
+        code = 0
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the process's to handle
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _preload([DAEMON, *FORKED_MODULES, *preload])
+            _serve(listener, parent_exit)
+        except BaseException:  # noqa: BLE001 - reported in the process's log; its launchers then run their modules themselves
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    listener.close()
+    os.close(parent_exit)
+    os.environ[SOCKET_VARIABLE] = name
+    return True
+
+
+def _preload(modules: Iterable[str]) -> None:
+    """Import ``modules`` and what PySpark's daemon preloads for its workers (streamstate.spark_python)."""
+    from streamstate.spark_python import preload, preloaded_modules
+
+    for failure in preload([*modules, *preloaded_modules(os.environ)]):
+        print(failure, file=sys.stderr, flush=True)
+
+
+def _own_hash_seed() -> str | None:
+    """``PYTHONHASHSEED`` as this interpreter hashes: ``"0"``, or None (random) for any other."""
+    return None if sys.flags.hash_randomization else "0"
+
+
+def _serve(listener: socket.socket, exit_fd: int) -> None:
+    """Fork a child per request on ``listener`` until the process of ``exit_fd`` (a pidfd) exits.
+    A request whose ``PYTHONHASHSEED`` is not this interpreter's is refused: its child would hash
+    strings as this server does, not as the launcher's environment says."""
+    import gc
+    import selectors
+
+    hash_seed = _own_hash_seed()
+
     gc.freeze()  # the imports' heap: shared with every child, out of their collections
     wake_read, wake_write = os.pipe()
     for fd in (wake_read, wake_write):
@@ -218,15 +312,14 @@ def serve(jvm: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     selector = selectors.EpollSelector()
     selector.register(listener, selectors.EVENT_READ, "request")
-    selector.register(jvm_exit, selectors.EVENT_READ, "jvm")
+    selector.register(exit_fd, selectors.EVENT_READ, "exit")
     selector.register(wake_read, selectors.EVENT_READ, "child")
     children: dict[int, socket.socket] = {}  # a running child -> its launcher's connection
     while True:
         for key, _ in selector.select():
-            if key.data == "jvm":
+            if key.data == "exit":
                 for child in children:
-                    with contextlib.suppress(OSError):
-                        os.kill(child, signal.SIGKILL)
+                    _kill(child)
                 return
             if key.data == "child":
                 with contextlib.suppress(OSError):
@@ -240,9 +333,14 @@ def serve(jvm: int) -> None:
                 except (OSError, ValueError):
                     connection.close()
                     continue
+                if request["env"].get("PYTHONHASHSEED") != hash_seed:
+                    for fd in fds:
+                        os.close(fd)
+                    connection.close()  # the launcher runs its module itself
+                    continue
                 for stream in (sys.stdout, sys.stderr):
                     stream.flush()
-                inherited = [selector.fileno(), listener.fileno(), jvm_exit, wake_read, wake_write, connection.fileno(),
+                inherited = [selector.fileno(), listener.fileno(), exit_fd, wake_read, wake_write, connection.fileno(),
                              *(c.fileno() for c in children.values())]
                 child = os.fork()
                 if child == 0:
@@ -254,9 +352,18 @@ def serve(jvm: int) -> None:
                 with contextlib.suppress(OSError):
                     connection.sendall(_INT.pack(child))
             elif key.data in children:  # its launcher's connection: readable only once it closed
-                with contextlib.suppress(OSError):
-                    os.kill(key.data, signal.SIGKILL)
+                _kill(key.data)
                 selector.unregister(key.fileobj)
+
+
+def _kill(child: int) -> None:
+    """SIGKILL a child, and the process group it leads if it made one (PySpark's daemon does,
+    for its workers)."""
+    with contextlib.suppress(OSError):
+        if os.getpgid(child) == child:
+            os.killpg(child, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.kill(child, signal.SIGKILL)
 
 
 def _reap(children: dict[int, socket.socket], selector: "selectors.BaseSelector") -> None:

@@ -146,19 +146,36 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] != "-m":
         sys.exit(f"usage: streamstate-spark-python -m <module> [arg ...] (how Spark starts its Python workers); got {args}")
-    if args[1] != DAEMON:  # a one-off process of the driver: perhaps its server's to fork
-        from streamstate import fork_server
-
-        if fork_server.enabled(args[1], os.environ) and (status := fork_server.delegate(args[1:])) is not None:
-            sys.exit(status)
+    status = _forked_by_a_server(args[1:])
+    if status is not None:
+        sys.exit(status)
     drop_archives()
     as_python_m(args[1:], os.getcwd())
     if args[1] == DAEMON:
-        # The daemon's module calls gc.collect() through the gc module: its forked workers get this one.
-        gc.collect = BetweenTasksCollector()
         for failure in preload(preloaded_modules(os.environ)):
             print(failure, file=sys.stderr, flush=True)
-        gc.freeze()  # the preloaded heap: out of every worker's collections, and its pages stay shared
-        # Python 3.12+ warns at a fork with more than one thread; the module docstring says why these are safe.
-        warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
+        prepare_daemon()
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+
+
+def _forked_by_a_server(arguments: list[str]) -> int | None:
+    """The exit status of ``python -m`` ``arguments`` run in a fork server's child: the server
+    of the process that started this JVM, else this JVM's own for a one-off process with the
+    switch on; None to run it here."""
+    from streamstate import fork_server
+
+    where = fork_server.process_server(arguments[0], os.environ)
+    if where is not None:
+        return fork_server.delegate_to(where, arguments)
+    if fork_server.enabled(arguments[0], os.environ):
+        return fork_server.delegate(arguments)
+    return None
+
+
+def prepare_daemon() -> None:
+    """What PySpark's daemon gets before its module runs, its modules imported."""
+    # The daemon's module calls gc.collect() through the gc module: its forked workers get this one.
+    gc.collect = BetweenTasksCollector()
+    gc.freeze()  # the preloaded heap: out of every worker's collections, and its pages stay shared
+    # Python 3.12+ warns at a fork with more than one thread; the module docstring says why these are safe.
+    warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
