@@ -6,6 +6,7 @@ sessions and streamstate.testing's start their workers that way."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -138,3 +139,67 @@ def test_the_testing_session_starts_its_workers_through_the_launcher(tmp_path):
     done = subprocess.run([sys.executable, "-c", _USERS_TEST_SESSION], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["BetweenTasksCollector"], done.stdout[-2000:]
+
+
+_JOB_DRIVER = """
+import gc, json, os, sys
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from streamstate_jobs.runner import fork_python_processes
+from streamstate_jobs.spark import build_spark
+from streamstate_pipeline.settings import Settings
+
+settings = Settings()
+assert fork_python_processes(settings)
+spark = build_spark(settings, "fork-server-probe")
+
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[1])
+
+def worker(batches):
+    for _ in batches:
+        pass
+    daemon = os.getppid()
+    yield pa.RecordBatch.from_pylist([{"server": parent(daemon), "driver": parent(parent(daemon)), "collector": type(gc.collect).__name__,
+                                       "seeded": sys.flags.hash_randomization == 0, "jobs": "streamstate_jobs.registry" in sys.modules}])
+
+class Inits(StatefulProcessor):
+    def init(self, handle):
+        with open(os.environ["INITS"], "a") as out:
+            out.write(f"{os.getpid()} {os.getppid()}\\n")
+    def handleInputRows(self, key, rows, timerValues):
+        yield pd.DataFrame({"id": [key[0]]})
+    def close(self):
+        pass
+
+schema = "server long, driver long, collector string, seeded boolean, jobs boolean"
+print(json.dumps(spark.range(2, numPartitions=2).mapInArrow(worker, schema).collect()[0].asDict()))
+source = os.environ["SOURCE"]
+spark.range(3).write.parquet(source)
+query = (spark.readStream.schema("id long").parquet(source).groupBy("id")
+         .transformWithStateInPandas(Inits(), "id long", "Update", "None")
+         .writeStream.format("noop").option("checkpointLocation", os.environ["CHECKPOINT"]).trigger(availableNow=True).start())
+query.awaitTermination(240)
+print(json.dumps({"pid": os.getpid()}))
+spark.stop()
+"""
+
+
+def test_a_jobs_daemon_and_pre_init_process_are_forks_of_the_jobs_own_server(tmp_path):
+    """A job's driver process forks its server before it starts Spark (streamstate_jobs.runner):
+    its JVM's daemon is that server's child, with the launcher's collector and Spark's hashing,
+    the jobs imported, and the streaming query's driver-side pre-init process is forked by it
+    too (the processor's init runs there, as in the state stage's workers)."""
+    inits = tmp_path / "inits.txt"
+    env = {**os.environ, "PYTHONHASHSEED": "0", "INITS": str(inits), "SOURCE": str(tmp_path / "source"),
+           "CHECKPOINT": str(tmp_path / "checkpoint"), "STREAMSTATE_SPARK_JARS": binaries.spark_jars_setting()}
+    env.pop("STREAMSTATE_FORK_SERVER", None)
+    done = subprocess.run([sys.executable, "-c", _JOB_DRIVER], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen, driver = (json.loads(line) for line in done.stdout.split("\n") if line.startswith("{"))
+    assert seen["collector"] == "BetweenTasksCollector" and seen["seeded"] and seen["jobs"], seen
+    server = seen["server"]
+    assert seen["driver"] == driver["pid"] != server, "the daemon's parent is not a child of the driver process"
+    parents = {int(line.split()[1]) for line in inits.read_text().splitlines()}
+    assert server in parents, f"no init ran in a child of the server {server}: {parents}"

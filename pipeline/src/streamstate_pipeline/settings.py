@@ -168,6 +168,12 @@ class Settings(BaseSettings):
         "the job moves to a new JVM and resumes from its checkpoints: Spark 4.2.0 leaks one per stateful task "
         "(SPARK-58932). At most half the JVM's open-file limit; 0: never.",
     )
+    job_fork_python: bool = Field(
+        True,
+        description="A job that starts its own Spark JVM on a local master forks its Python processes (PySpark's daemon, "
+        "transformWithState's pre-init process) from a copy of itself, its imports done, instead of starting interpreters "
+        "that import them again in its first batch. Needs PYTHONHASHSEED=0 in the job's environment (streamstate up sets it).",
+    )
     ship_code: Literal["auto", "wheel", "none"] = Field(
         "auto",
         description="Ship the project's code to executors: 'wheel' builds the wheels of the library, the pipeline and "

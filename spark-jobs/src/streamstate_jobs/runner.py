@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -338,6 +339,26 @@ def _source_reset(spark, settings, failures, checkpoints: list[str]) -> bool:
     return True
 
 
+def fork_python_processes(settings: Settings) -> bool:
+    """Fork this process's server for the Python processes its Spark JVMs start on this machine
+    (:func:`streamstate.fork_server.fork_for_children`): PySpark's daemon and transformWithState's
+    pre-init process then come forked from a copy of this process, its imports done, instead of
+    importing PySpark, pyarrow, pandas and the jobs again in the first batch (docs/profile.md).
+    Only with ``settings.job_fork_python``, where this process starts the JVM on a local master
+    and hashes strings as Spark's workers do (``PYTHONHASHSEED=0``, as ``streamstate up`` starts
+    the jobs)."""
+    from streamstate import fork_server
+    from streamstate_jobs.code_shipping import is_local_master
+    from streamstate_jobs.spark import master_to_set
+
+    if not settings.job_fork_python or sys.flags.hash_randomization:
+        return False
+    master = master_to_set(settings, os.environ, {})
+    if master is None or not is_local_master(master):
+        return False
+    return fork_server.fork_for_children(preload=["streamstate_jobs.registry"])
+
+
 def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     args, settings = parse_args(spec, argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {spec.service} %(levelname)s %(message)s")
@@ -345,6 +366,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     from streamstate_jobs.spark import build_spark
 
     checkpoint = args.checkpoint or settings.checkpoint(spec.name)
+    fork_python_processes(settings)  # before any thread of this process starts
     metrics = JobMetrics(spec, port=spec.port(settings), host=settings.metrics_host)
 
     def start_spark() -> tuple[SparkSession, SocketWatch | None]:

@@ -415,7 +415,8 @@ class EmbeddedStack:
         from streamstate_jobs.registry import job_spec  # the jobs' modules import PySpark: only once a job starts
 
         spec = job_spec(job)
-        proc = self.spawn(spec.service, [sys.executable, "-m", "streamstate_jobs", spec.name, *extra])
+        # Hashing as Spark's Python workers do lets the job fork them (streamstate_jobs.runner.fork_python_processes).
+        proc = self.spawn(spec.service, [sys.executable, "-m", "streamstate_jobs", spec.name, *extra], {"PYTHONHASHSEED": "0"})
         self.say(f"{spec.name} job started (pid {proc.pid}), log {proc.log_path}")
         return proc
 
