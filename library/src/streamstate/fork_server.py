@@ -18,12 +18,12 @@ along: the server kills a child whose launcher's connection closed.
 A server serves one JVM, the launcher's parent, and exits when that JVM does. A JVM's first
 request starts it and runs its module itself meanwhile.
 
-A process that has already imported what Spark's Python processes import, and then starts a
-JVM, can fork its own server first (:func:`fork_for_children`, as the pipeline's jobs do):
-that server serves every JVM the process starts, PySpark's daemon included, and exits with the
-process. Each of a job's JVMs then forks its daemon and its pre-init process instead of starting
-interpreters that import PySpark, pyarrow and the jobs again on the first batch's path (about a
-CPU-second of a job's start; docs/profile.md). A child of that server hashes strings as the
+A driver process that has already imported what Spark's Python processes import can fork its
+own server before it starts its JVM (:func:`fork_for_children`): that server serves every JVM
+the process starts, PySpark's daemon included, and exits with the process. The JVM's daemon
+and pre-init processes are then forks with everything imported, instead of interpreters that
+import PySpark, pyarrow and the application's modules again on the first batch's path (about a
+CPU-second of a long-running driver's start). A child of that server hashes strings as the
 process does, so the server forks only for a launcher whose ``PYTHONHASHSEED`` is the
 process's own (Spark gives its workers ``0``); any other runs its module itself.
 """
@@ -257,12 +257,20 @@ def fork_for_children(preload: Iterable[str] = ()) -> bool:
     parent = os.getpid()
     name = f"streamstate-fork-server/{os.getuid()}/{parent}-{_start_ticks(parent)}/process"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(b"\0" + name.encode())
-    listener.listen(64)  # bound before the fork: a launcher finds it even while it imports
-    parent_exit = os.pidfd_open(parent)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    if os.fork() == 0:
+    parent_exit = None
+    try:
+        listener.bind(b"\0" + name.encode())
+        listener.listen(64)  # bound before the fork: a launcher finds it even while it imports
+        parent_exit = os.pidfd_open(parent)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        forked = os.fork()
+    except OSError:  # no server: every launcher runs its module itself
+        listener.close()
+        if parent_exit is not None:
+            os.close(parent_exit)
+        return False
+    if forked == 0:
         code = 0
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the process's to handle
