@@ -320,6 +320,13 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
     settings = Settings(checkpoint_root=str(workdir / "checkpoints"))
     run = Run(args, settings)
     needs_spark = {"sessions", "anomalies", "latency", "state", "production", "transactions", "windows"} & set(args.only)
+    if needs_spark:
+        from streamstate_jobs.runner import fork_python_processes
+
+        # The queries' Python processes (the daemon, each query start's pre-init process) come
+        # forked, as in a job's process: before the broker's and the producers' threads start.
+        forked = fork_python_processes(settings)
+        run.doc["setup"]["python_processes"] = "forked from the benchmark's process" if forked else "new interpreters"
     # The Kafka datasets and the warm-up of the jobs' queries serve these figures only.
     needs_datasets = {"ceiling", "sessions", "anomalies", "latency", "production", "transactions"} & set(args.only)
     with EmbeddedStack(settings=settings, workdir=workdir, quiet=True) as stack:
@@ -392,4 +399,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.flags.hash_randomization and "PYTHONHASHSEED" not in os.environ:
+        # Spark's Python workers hash with seed 0: so must the process they are forked from.
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
     sys.exit(main())

@@ -364,7 +364,8 @@ def markdown(doc: dict[str, Any]) -> str:
         + (": other work shared the machine, so every figure is noisy." if m["load_average_at_start"][0] > m["cores"] else "."),
         _run_time(s),
         f"Broker: {s['broker']}. Spark: {s['spark_master']}, state partitions: {s['shuffle_partitions']}, "
-        f"{s['state_store']} state store, {s['kafka_connector']}, checkpoints on {s['checkpoints']}; "
+        f"{s['state_store']} state store, {s['kafka_connector']}, checkpoints on {s['checkpoints']}"
+        + (f", Python processes {s['python_processes']}" if s.get("python_processes") else "") + "; "
         f"throughput runs: {s['throughput_trigger']}. "
         f"Input topics: {s['input_partitions']} partitions. Median of {s['runs_per_figure']} runs per figure; seed {s['seed']}.",
         "",
