@@ -128,7 +128,7 @@ def up(settings: Settings, *, producers: bool = True, jobs: bool = True, profile
                     + "  ".join(f"http://127.0.0.1:{spec.port(s)}/metrics ({name})" for name, spec in declared.items() if spec.metrics_port),
                     f"  logs            {stack.workdir / 'logs'}",
                     f"  checkpoints     {s.checkpoint_root}",
-                    "The first alerts arrive 20-30 s after start on 2 cores, once Spark has warmed up. Ctrl-C stops everything.",
+                    "The first alerts arrive 15-25 s after start on 2 cores, once Spark has warmed up. Ctrl-C stops everything.",
                     "",
                 ]
             ),
