@@ -42,13 +42,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from streamstate.spark_python import DAEMON
+
 if TYPE_CHECKING:
     import selectors
 
 VARIABLE = "STREAMSTATE_FORK_SERVER"
 # Set by fork_for_children: the address of the calling process's own server.
 SOCKET_VARIABLE = "STREAMSTATE_FORK_SERVER_SOCKET"
-DAEMON = "pyspark.daemon"
 # The modules Spark starts as new interpreters that a fork serves: transformWithState's
 # pre-init process and Spark Connect's foreachBatch process.
 FORKED_MODULES = (
