@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -91,6 +92,19 @@ pytestmark = [
     pytest.mark.timeout(3600),
     pytest.mark.skipif(OPTED_OUT, reason="DOCKER_TESTS=off: the Docker tests were opted out of"),
 ]
+
+
+class Phases:
+    """Progress of the test's long steps on stderr (``pytest -s`` shows it): each step's name
+    and how long it took, so a slower run says which step slowed."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        print(f"[compose test] {step}: {now - self.last:.1f} s", file=sys.stderr, flush=True)
+        self.last = now
 
 
 class Stack:
@@ -235,6 +249,7 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
     # A run killed before its teardown (a killed pytest, Ctrl-C twice) leaves this project's volumes,
     # whose topics and checkpoints would carry that run's records into this one: the same scenario
     # twice, every metric counted twice (seen). The project is the test's own, so only its leftovers go.
+    phases = Phases()
     compose_stack.stop()
     try:
         try:
@@ -244,6 +259,7 @@ def stack(tmp_path_factory, heavy_stack_alone):  # never beside the crash tests:
         running = Stack(compose_stack, f"127.0.0.1:{ports['KAFKA_HOST_PORT']}", f"http://127.0.0.1:{ports['API_PORT']}",
                         ports["PROMETHEUS_PORT"])
         running.wait_until_healthy(SERVICES)
+        phases.done("the stack up and healthy")
         yield running
     finally:
         compose_stack.stop()  # `down -v`: the next run starts from empty volumes
@@ -363,12 +379,14 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
 
     settings = Settings(bootstrap_servers=stack.bootstrap)
     feeder = Feeder(stack.bootstrap, settings, build_scenario(SCENARIO_SEED), PARTS)
+    phases = Phases()
 
     # 1. Faults mid-stream: a worker, then the broker, killed while the jobs process a part.
     # (The healthchecks already say each job's query runs; no batch runs before there is data.)
     batches = stack.batch_counts()
     feeder.feed(0)
     stack.wait_for_batches_since(batches)
+    phases.done("the first part processed")
     assert_spark_jvms_map_the_class_archive(stack)
     assert_every_jvm_compiles_with_c1_only(stack)
     assert_the_master_ui_cannot_kill(stack)
@@ -376,17 +394,20 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     feeder.feed(1)
     stack.cli("start", "spark-worker-1")
     stack.wait_until_healthy(["spark-worker-1"])
+    phases.done("a worker killed and back")
     feeder.feed(2)
     stack.kill("kafka")
     time.sleep(5)
     stack.cli("start", "kafka")
     stack.wait_until_healthy(["kafka", "sessions-job", "anomalies-job"])
+    phases.done("the broker killed and back")
     feeder.feed(3)
 
     # 2. Exact: the output topics and the API against the reference of what was produced.
     outputs = collect_outputs(stack.bootstrap, settings, api_url=stack.api_url, scenario=feeder.scenario,
                               timeout_s=600, api_token=stack.token)
     assert_outputs_match(feeder.scenario, outputs, settings)
+    phases.done("the outputs exact")
     bucket = compose_defaults()["S3_BUCKET"]
     listing = stack.cli(
         "exec", "-T", "minio", "sh", "-c",
@@ -410,6 +431,7 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     # The worker's and the broker's kills failed tasks mid-write: their transactions were aborted.
     assert outputs.duplicates() == {}, f"a read_committed consumer sees records twice: {outputs.duplicates()}"
     assert_kafka_tools_work(stack, outputs)
+    phases.done("checkpoints, secrets and Kafka's console tools checked")
 
     # 3. down (volumes kept) and up: the jobs resume from their S3 checkpoints. A job that lost
     # its offsets or state would read its input again and write every alert, closed session
@@ -419,12 +441,14 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     stack.cli("down")
     stack.cli("up", "--detach", *SERVICES)
     stack.wait_until_healthy(SERVICES)
+    phases.done("down and up")
     assert stack.read_secret(SECRETS["API_TOKEN"]) == stack.token, "the generated token changed across down/up"
     # The API's container is new: it rebuilds its view from the state topics, then serves the same page.
     deadline = time.monotonic() + 120
     while (page := stack.api_page("/sessions?limit=1000")) != snapshot:
         assert time.monotonic() < deadline, f"the API serves other sessions after up:\n{page[:500]!r}"
         time.sleep(2)
+    phases.done("the API's view rebuilt")
 
     feeder.feed(PARTS - 1)
     outputs = collect_outputs(stack.bootstrap, settings, api_url=stack.api_url, scenario=feeder.scenario,
@@ -433,6 +457,8 @@ def test_the_stack_stays_exact_through_kills_and_a_down_up(stack):
     for field, records in outputs.copies.items():
         written, new = records - before.copies[field], len(getattr(outputs, field)) - len(getattr(before, field))
         assert written == new, f"{field}: {written} records written after up for {new} new ones"
+    phases.done("the last part exact, nothing written twice")
 
     # 4. The demo traffic, the scrape targets and the dashboards, under compose's own defaults.
     assert_demo_load_flows(stack)
+    phases.done("the demo traffic, scrape targets and dashboards")
