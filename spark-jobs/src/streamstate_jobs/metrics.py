@@ -6,7 +6,7 @@ Spark's own ``PrometheusServlet``.
 - The servlet names streaming metrics after the application id and the query name
   (``metrics_<app-id>_driver_spark_streaming_<query>_inputRate_total``), so every
   restart creates new series and a dashboard cannot name them; it also lives on the
-  Spark UI port, which the jobs disable in tests and which moves when 4040 is taken.
+  Spark UI port, which moves when 4040 is taken and which the suite's own sessions disable.
 - The servlet knows nothing of the domain: alerts by kind, dead letters and the counters
   and gauges a job declares (closed sessions, say) are counted from the job's own rows, and
   they must sit next to the progress numbers under one scrape target with one ``job`` label.
