@@ -4,6 +4,7 @@ independently of the code under test, and run a streaming query collecting its b
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -41,6 +42,32 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
     assert producer.flush(60) == 0 and not errors, errors[:3]
     return delivered
 
+
+
+def transactional_producer(bootstrap: str) -> Producer:
+    """A producer with a fresh transactional id, its transactions initialised."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"kafka-tests-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    return producer
+
+
+def open_transaction(bootstrap: str, topic: str, partition: int, key: bytes = b"open", value: bytes = b"1") -> Producer:
+    """A producer whose transaction holds one acknowledged record on ``partition``, still open
+    (a job killed inside its transaction: open until it times out or is aborted)."""
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, key=key, value=value, partition=partition)
+    producer.flush(30)
+    return producer
+
+
+def abort_then_commit(producer: Producer, topic: str, aborted: tuple[bytes, bytes, int], committed: tuple[bytes, bytes, int]) -> None:
+    """One transaction of the (key, value, partition) ``aborted``, aborted; then one of ``committed``, committed."""
+    for (key, value, partition), end in ((aborted, producer.abort_transaction), (committed, producer.commit_transaction)):
+        producer.begin_transaction()
+        producer.produce(topic, key=key, value=value, partition=partition)
+        producer.flush(30)
+        end(30)
 
 def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0, isolation: str = "read_committed") -> list[Delivered]:
     """Every record of ``topic``: plain assign() from offset 0 until each partition's end-of-partition event."""

@@ -5,22 +5,15 @@ waiting for quiet."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from confluent_kafka import Producer
 
+from tests.integration.kafka_testing import abort_then_commit, open_transaction, transactional_producer
 from tests.scenario import read_topics
 
 # Longer than this test may take: a read that waited for quiet instead of each partition's end
 # would run into the timeout below and fail.
 NEVER_QUIET_S = 600
-
-
-def _transactional(bootstrap: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"scenario-reads-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(30)
-    return producer
 
 
 def _pairs(messages) -> list[tuple[bytes, bytes]]:
@@ -34,18 +27,9 @@ def test_a_read_ends_at_each_partitions_end_without_aborted_or_open_records(boot
     for n in range(5):
         producer.produce(plain, key=b"p", value=str(n).encode(), partition=n % 2)
     producer.flush(30)
-    writer = _transactional(bootstrap)
-    writer.begin_transaction()
-    writer.produce(transactional, key=b"aborted", value=b"a", partition=0)
-    writer.flush(30)
-    writer.abort_transaction(30)
-    writer.begin_transaction()
-    writer.produce(transactional, key=b"committed", value=b"c", partition=0)
-    writer.commit_transaction(30)
-    stuck = _transactional(bootstrap)  # a job killed inside its transaction: open until it times out
-    stuck.begin_transaction()
-    stuck.produce(transactional, key=b"open", value=b"o", partition=1)
-    stuck.flush(30)
+    writer = transactional_producer(bootstrap)
+    abort_then_commit(writer, transactional, aborted=(b"aborted", b"a", 0), committed=(b"committed", b"c", 0))
+    stuck = open_transaction(bootstrap, transactional, partition=1)
     try:
         writer.begin_transaction()  # committed, but behind the open transaction on partition 1
         writer.produce(transactional, key=b"behind", value=b"b", partition=1)
@@ -59,5 +43,5 @@ def test_a_read_ends_at_each_partitions_end_without_aborted_or_open_records(boot
     assert _pairs(committed[plain]) == [(b"p", str(n).encode()) for n in range(5)]
     assert _pairs(committed[transactional]) == [(b"committed", b"c")]
     assert committed[empty] == []
-    assert _pairs(everything[transactional]) == [(b"aborted", b"a"), (b"behind", b"b"), (b"committed", b"c"), (b"open", b"o")]
+    assert _pairs(everything[transactional]) == [(b"aborted", b"a"), (b"behind", b"b"), (b"committed", b"c"), (b"open", b"1")]
     assert len(everything[plain]) == 5 and everything[empty] == []
