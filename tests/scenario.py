@@ -194,10 +194,10 @@ def read_topics(bootstrap: str, topics: Sequence[str], idle_s: float = 1.5, isol
         consumer.assign(partitions)
         records: dict[str, list] = {topic: [] for topic in topics}
         ended: set[tuple[str, int]] = set()
-        last_news = time.monotonic()
-        while len(ended) < len(partitions) and time.monotonic() - last_news < idle_s:
+        last_event = time.monotonic()
+        while len(ended) < len(partitions) and time.monotonic() - last_event < idle_s:
             for message in consumer.consume(1000, timeout=0.2):
-                last_news = time.monotonic()
+                last_event = time.monotonic()
                 error = message.error()
                 if error is None:
                     records[message.topic()].append(message)

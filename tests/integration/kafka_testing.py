@@ -43,7 +43,6 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
     return delivered
 
 
-
 def transactional_producer(bootstrap: str) -> Producer:
     """A producer with a fresh transactional id, its transactions initialised."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"kafka-tests-{uuid.uuid4().hex[:8]}"})
@@ -68,6 +67,7 @@ def abort_then_commit(producer: Producer, topic: str, aborted: tuple[bytes, byte
         producer.produce(topic, key=key, value=value, partition=partition)
         producer.flush(30)
         end(30)
+
 
 def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0, isolation: str = "read_committed") -> list[Delivered]:
     """Every record of ``topic``: plain assign() from offset 0 until each partition's end-of-partition event."""
