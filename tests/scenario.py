@@ -130,13 +130,40 @@ def _event_time(value: bytes | None) -> int | None:
     return ts if isinstance(ts, int) and not isinstance(ts, bool) else None
 
 
-class Feeder:
-    """Produces the scenario in ``chunks`` consecutive slices, each once, on demand."""
+def records_to_first_alerts(scenario: Scenario, settings: Settings) -> int:
+    """How many of the scenario's first records the reference needs to raise an alert of each
+    job (an anomaly, and one of the sessions rules'), each topic's records read in the order
+    they are produced. Alerts are rare (the crash tests' scenario has eight, its first anomaly
+    past half of it): a test whose crash point needs a batch with alerts feeds this much first."""
+    topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    as_produced = [SourceRecord(topic_of[r.topic], 0, i, r.key, r.value) for i, r in enumerate(scenario.records)]
 
-    def __init__(self, bootstrap: str, settings: Settings, scenario: Scenario, chunks: int):
+    def alerts_of_both_jobs(count: int) -> bool:
+        kinds = {alert.kind == "anomaly" for alert in run_reference(as_produced[:count], settings).alerts.values()}
+        return kinds == {True, False}
+
+    low, high = 0, len(as_produced)
+    if not alerts_of_both_jobs(high):
+        return high
+    while low < high:  # `high` always has both: a prefix that has them keeps them as it grows
+        middle = (low + high) // 2
+        low, high = (low, middle) if alerts_of_both_jobs(middle) else (middle + 1, high)
+    return high
+
+
+class Feeder:
+    """Produces the scenario in ``chunks`` consecutive slices, each once, on demand: the first
+    slice at least its ``first`` records, the rest of equal size."""
+
+    def __init__(self, bootstrap: str, settings: Settings, scenario: Scenario, chunks: int, first: int = 0):
         self._bootstrap, self._settings, self.scenario = bootstrap, settings, scenario
-        size = -(-len(scenario.records) // chunks)
-        self._slices = [scenario.records[i : i + size] for i in range(0, len(scenario.records), size)]
+        records = scenario.records
+        size = -(-len(records) // chunks)
+        if first > size and chunks > 1:
+            size = -(-(len(records) - first) // (chunks - 1)) or 1
+            self._slices = [records[:first]] + [records[i : i + size] for i in range(first, len(records), size)]
+        else:
+            self._slices = [records[i : i + size] for i in range(0, len(records), size)]
         self._fed = 0
         self._lock = threading.Lock()
         scenario.produced = []

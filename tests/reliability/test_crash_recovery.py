@@ -5,7 +5,10 @@ the plain-Python reference exactly, every expected alert is on the alerts topic 
 ``read_committed`` consumer, and the API started afterwards shows each alert id once.
 
 The input arrives in chunks while the jobs are being killed (one more chunk at each
-cycle), as a live stream does, so kills land between and inside batches of new data.
+cycle), as a live stream does, so kills land between and inside batches of new data. The
+first chunk holds each job's first alert, so the first cycle can reach the point that needs
+a batch with alerts (the scenario's alerts are few and late; spread evenly, they cost each
+job two to four more cycles before it).
 
 The first kills are the dangerous points of the exactly-once output
 (:mod:`tests.reliability.crash_at`), where the job kills itself: after a batch's alerts were
@@ -28,7 +31,7 @@ from tests.integration.api_harness import wait_until
 from tests.reliability.conftest import BREAK_CHECKPOINT, LARGE
 from tests.reliability.crash_at import AFTER_COMMIT, BETWEEN_TRANSACTIONS, IN_TRANSACTION, POINTS
 from tests.reliability.crashing import crash_repeatedly, start
-from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs
+from tests.scenario import Feeder, assert_outputs_match, build_scenario, collect_outputs, read_outputs, records_to_first_alerts
 
 # Never beside the compose test: see heavy_beside_no_stack (tests/conftest.py).
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("heavy_beside_no_stack")]
@@ -58,7 +61,7 @@ def test_jobs_killed_repeatedly_end_equal_to_the_reference(profile_pipeline_stac
     cycles = CYCLES_PRODUCTION if production else CYCLES
     scenario = build_scenario(SEED, events=EVENTS, metrics=METRICS)
     chunks = cycles + len(POINTS) + 1  # a crash point is reached on new input: one chunk per cycle
-    feeder = Feeder(bootstrap, settings, scenario, chunks)
+    feeder = Feeder(bootstrap, settings, scenario, chunks, first=records_to_first_alerts(scenario, settings))
     topic_of = {"sessions": settings.topic_user_events, "anomalies": settings.topic_metrics}
 
     with ThreadPoolExecutor(len(JOBS)) as pool:
