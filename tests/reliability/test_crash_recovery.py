@@ -43,9 +43,8 @@ CYCLES = 10 if LARGE else 3
 # job. Two cycles per job there keep make test's cost in bounds (each cycle is a JVM start).
 CYCLES_PRODUCTION = 10 if LARGE else 2
 # Every crash point is reached on the S3 path too, each by one of the jobs (on the embedded
-# profile each job reaches all three): a job restart is the test's dearest step, and this
-# takes the production run's cycles off the job that would wait longest (a point not reached
-# in a cycle is tried again: the sessions job needed 5 cycles for its two, the anomalies job 2).
+# profile each job reaches all three): a job restart is the test's dearest step, so each job
+# takes a point per cycle it has anyway (a point not reached in a cycle is tried again).
 PRODUCTION_POINTS = {"sessions": (AFTER_COMMIT, BETWEEN_TRANSACTIONS), "anomalies": (IN_TRANSACTION,)}
 EVENTS, METRICS = (2_500, 1_500) if LARGE else (800, 500)
 JOBS = ("sessions", "anomalies")
