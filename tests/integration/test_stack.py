@@ -44,6 +44,49 @@ def test_stop_ends_every_process_it_started(tmp_path):
     assert child.popen.returncode is not None
 
 
+# A process that, on SIGTERM, says so, waits (8 s at most) for every name in argv[2:] to have
+# said so too, and exits 0 if they all did (3 if not), writing <name>.exited just before.
+TERMINATED_TOGETHER = """
+import signal, sys, time
+from pathlib import Path
+folder, name, others = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+def on_term(*_):
+    (folder / f"{name}.terminated").touch()
+    deadline = time.monotonic() + 8
+    while not all((folder / f"{o}.terminated").exists() for o in others) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (folder / f"{name}.exited").touch()
+    sys.exit(0 if all((folder / f"{o}.terminated").exists() for o in others) else 3)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(600)
+"""
+# A server's stand-in: on SIGTERM it exits 0 only if every name in argv[2:] has exited already.
+STOPPED_LAST = """
+import signal, sys, time
+from pathlib import Path
+folder, others = Path(sys.argv[1]), sys.argv[2:]
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0 if all((folder / f"{o}.exited").exists() for o in others) else 5))
+time.sleep(600)
+"""
+
+
+def test_stop_signals_the_jobs_side_by_side_and_the_servers_after_them(tmp_path):
+    """Each job may take its grace period to end the batch in flight: the launcher signals
+    them all at once, not one after the other's exit, and the servers only once they ended."""
+    stack = EmbeddedStack(workdir=tmp_path, quiet=True)
+    jobs = ("sessions-job", "anomalies-job", "producers")
+    procs = [stack.spawn(job, [sys.executable, "-c", TERMINATED_TOGETHER, str(tmp_path), job, *(j for j in jobs if j != job)])
+             for job in jobs]
+    server = stack.spawn("minio", [sys.executable, "-c", STOPPED_LAST, str(tmp_path), *jobs])
+    deadline = time.monotonic() + 60
+    while not all("ready" in p.log_path.read_text() for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stack.stop()
+    assert {p.name: p.popen.returncode for p in procs} == dict.fromkeys(jobs, 0), "a job was signalled only after another ended"
+    assert server.popen.returncode == 0, "the server was stopped before the jobs had ended"
+
+
 def test_a_started_broker_has_its_coordinators_topics_before_any_client_asks(tmp_path):
     """The transaction log and the consumer offsets topic are made when a client first needs a
     coordinator, and a job's start waited on that (1.5 s, docs/profile.md): the launcher has
