@@ -3,7 +3,8 @@
   view before the kill, and requests fail only while it is down;
 - killed (SIGKILL) in the middle of its cold rebuild and restarted: it resumes from the
   offsets its store holds, and the whole view then equals the state topics;
-- a sustained 60 s loopback load: no server errors, no transport errors, bounded memory.
+- a sustained loopback load (30 s; 300 s with RELIABILITY_LARGE=1): no server errors, no
+  transport errors, bounded memory.
 
 Every load asserts per path: each path may only answer what it can legitimately answer.
 The view's topics hold the reference outputs of the scripted scenario (no Spark needed)."""
