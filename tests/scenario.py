@@ -130,13 +130,19 @@ def _event_time(value: bytes | None) -> int | None:
     return ts if isinstance(ts, int) and not isinstance(ts, bool) else None
 
 
+def unproduced_records(scenario: Scenario, settings: Settings) -> list[SourceRecord]:
+    """The scenario's records as the reference reads them, before any is produced: each topic's
+    in the order they would be produced (one partition, offsets by position)."""
+    topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    return [SourceRecord(topic_of[r.topic], 0, i, r.key, r.value) for i, r in enumerate(scenario.records)]
+
+
 def records_to_first_alerts(scenario: Scenario, settings: Settings) -> int:
     """How many of the scenario's first records the reference needs to raise an alert of each
-    job (an anomaly, and one of the sessions rules'), each topic's records read in the order
-    they are produced. Alerts are rare (the crash tests' scenario has eight, its first anomaly
-    past half of it): a test whose crash point needs a batch with alerts feeds this much first."""
-    topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
-    as_produced = [SourceRecord(topic_of[r.topic], 0, i, r.key, r.value) for i, r in enumerate(scenario.records)]
+    job (an anomaly, and one of the sessions rules'). Alerts are rare (the crash tests' scenario
+    has eight, its first anomaly past half of it): a test whose crash point needs a batch with
+    alerts feeds this much first."""
+    as_produced = unproduced_records(scenario, settings)
 
     def alerts_of_both_jobs(count: int) -> bool:
         kinds = {alert.kind == "anomaly" for alert in run_reference(as_produced[:count], settings).alerts.values()}
@@ -158,12 +164,10 @@ class Feeder:
     def __init__(self, bootstrap: str, settings: Settings, scenario: Scenario, chunks: int, first: int = 0):
         self._bootstrap, self._settings, self.scenario = bootstrap, settings, scenario
         records = scenario.records
-        size = -(-len(records) // chunks)
-        if first > size and chunks > 1:
-            size = -(-(len(records) - first) // (chunks - 1)) or 1
-            self._slices = [records[:first]] + [records[i : i + size] for i in range(first, len(records), size)]
-        else:
-            self._slices = [records[i : i + size] for i in range(0, len(records), size)]
+        head = records[:first] if chunks > 1 and first > -(-len(records) // chunks) else []
+        rest = records[len(head) :]
+        size = -(-len(rest) // (chunks - bool(head))) or 1
+        self._slices = ([head] if head else []) + [rest[i : i + size] for i in range(0, len(rest), size)]
         self._fed = 0
         self._lock = threading.Lock()
         scenario.produced = []

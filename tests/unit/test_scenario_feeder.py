@@ -5,15 +5,14 @@ the first cycle; every record is fed once, in order."""
 from __future__ import annotations
 
 from streamstate_pipeline.settings import defaults
-from tests.reference_rules import SourceRecord, run_reference
-from tests.scenario import Feeder, Scenario, build_scenario, records_to_first_alerts
+from tests.reference_rules import run_reference
+from tests.scenario import Feeder, Scenario, build_scenario, records_to_first_alerts, unproduced_records
 
 SETTINGS = defaults()
 
 
 def alert_kinds(scenario: Scenario, count: int) -> set[str]:
-    topic_of = {"user-events": SETTINGS.topic_user_events, "metrics": SETTINGS.topic_metrics}
-    records = [SourceRecord(topic_of[r.topic], 0, i, r.key, r.value) for i, r in enumerate(scenario.records[:count])]
+    records = unproduced_records(scenario, SETTINGS)[:count]
     return {alert.kind for alert in run_reference(records, SETTINGS).alerts.values()}
 
 
