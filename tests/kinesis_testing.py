@@ -166,8 +166,9 @@ def produce_scenario_to_kinesis(settings: Settings, scenario) -> list:
     from tests.reference_rules import SourceRecord
     from streamstate_producers.kinesis_writer import produce_records
     from streamstate_producers.produced_record import ProducedRecord
+    from tests.scenario import input_topics
 
-    stream_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    stream_of = input_topics(settings)
     records = [ProducedRecord(stream_of[r.topic], r.key, r.value, r.malformed_reason, r.kind) for r in scenario.records]
     puts: list = []
     summary = produce_records(settings.kinesis_endpoint_url, settings.kinesis_region, records, progress=False, landed=puts)

@@ -75,6 +75,11 @@ def pipeline_topics(new_topic) -> dict[str, str]:
     }
 
 
+def input_topics(settings: Settings) -> dict[str, str]:
+    """The topic each generated record goes to, by the generator's topic name."""
+    return {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+
+
 def produce_scenario(
     bootstrap: str,
     scenario: Scenario,
@@ -86,7 +91,7 @@ def produce_scenario(
 
     ``timestamps`` sets each record's Kafka timestamp (default: the producer's clock);
     ``max_bytes`` raises the producer's record size limit (librdkafka's default is 1,000,000)."""
-    topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    topic_of = input_topics(settings)
     limit = {} if max_bytes is None else {"message.max.bytes": max_bytes}
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **limit})
     landed: list[SourceRecord] = []
@@ -133,7 +138,7 @@ def _event_time(value: bytes | None) -> int | None:
 def unproduced_records(scenario: Scenario, settings: Settings) -> list[SourceRecord]:
     """The scenario's records as the reference reads them, before any is produced: each topic's
     in the order they would be produced (one partition, offsets by position)."""
-    topic_of = {"user-events": settings.topic_user_events, "metrics": settings.topic_metrics}
+    topic_of = input_topics(settings)
     return [SourceRecord(topic_of[r.topic], 0, i, r.key, r.value) for i, r in enumerate(scenario.records)]
 
 

@@ -19,6 +19,7 @@ from streamstate_pipeline.kafka_clients import admin
 from streamstate_pipeline.settings import Settings
 from streamstate_stack.launcher import EmbeddedStack, pid_alive
 from streamstate_stack.up import broker_port
+from tests.integration.api_harness import wait_until
 from streamstate_pipeline.topics import existing_topics, load_topics
 
 
@@ -79,9 +80,7 @@ def test_stop_signals_the_jobs_side_by_side_and_the_servers_after_them(tmp_path)
     procs = [stack.spawn(job, [sys.executable, "-c", TERMINATED_TOGETHER, str(tmp_path), job, *(j for j in jobs if j != job)])
              for job in jobs]
     server = stack.spawn("minio", [sys.executable, "-c", STOPPED_LAST, str(tmp_path), *jobs])
-    deadline = time.monotonic() + 60
-    while not all("ready" in p.log_path.read_text() for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: all("ready" in p.log_path.read_text() for p in procs), 60, "the stand-ins to set their SIGTERM handlers")
     stack.stop()
     assert {p.name: p.popen.returncode for p in procs} == dict.fromkeys(jobs, 0), "a job was signalled only after another ended"
     assert server.popen.returncode == 0, "the server was stopped before the jobs had ended"
