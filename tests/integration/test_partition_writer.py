@@ -86,6 +86,21 @@ def test_a_key_lands_in_the_partition_spark_s_sink_chooses(spark, settings, boot
     assert len(set(partition_of(ours).values())) == 5
 
 
+def test_the_writer_reads_its_three_columns_by_name_from_rows_that_carry_more(spark, settings, bootstrap, new_topic):
+    # The writer's columns are named once per query, unresolved: each batch's plan resolves
+    # them, in whatever order and beside whatever other columns its rows have.
+    alerts, states = new_topic(partitions=1), new_topic(partitions=1)
+    plan = plan_for(alerts, states)
+    for batch_id in (0, 1):
+        rows = spark.createDataFrame(
+            [(json.dumps({"batch": batch_id}), batch_id, f"a{batch_id}", "alert", "not-a-kind")],
+            "payload string, batch long, key string, kind string, kinds string",
+        )
+        assert write_partitions(rows, settings, plan).counts == {"alert": 1}
+    assert sorted((r.key.decode(), r.value.decode()) for r in read_topic(bootstrap, alerts, partitions=1)) == [
+        ("a0", json.dumps({"batch": 0})), ("a1", json.dumps({"batch": 1}))]
+
+
 def test_undeclared_rows_fail_the_batch_before_their_rows_are_written(spark, settings, bootstrap, new_topic):
     alerts, states = new_topic(partitions=1), new_topic(partitions=1)
     plan = plan_for(alerts, states)
