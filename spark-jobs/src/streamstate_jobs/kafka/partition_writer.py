@@ -318,9 +318,10 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     if transactions is not None:  # pinned threads (PySpark's default): this thread's property, this batch's job's
         context.setLocalProperty(BATCH_ID_PROPERTY, str(transactions.batch_id))
     try:
-        # Two calls into the JVM with the query's own columns: DataFrame.select and
-        # DataFrame.mapInArrow would make a dozen (each column resolved, the function wrapped,
-        # pickled and shipped anew), 8-9 ms of every batch's driver time.
+        # Two calls into the JVM with the query's own objects. Through DataFrame.select and the
+        # UDF's call it took a dozen (each column made and resolved, Scala sequences, the UDF
+        # applied), 10-12 ms of a latency batch's driver time against 2-3 (docs/profile.md);
+        # DataFrame.mapInArrow would also pickle and ship the function anew.
         written = rows._jdf.select(writer.columns).mapInArrow(writer.function, False, None)
         collected = DataFrame(written, rows.sparkSession).collect()
     finally:
