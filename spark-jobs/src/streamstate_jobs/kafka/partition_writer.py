@@ -365,7 +365,8 @@ TASK_WRITERS_KEPT = 16
 
 
 def _task_writer(spark, settings: Settings, plan: OutputPlan, transactions: BatchTransactions | None) -> _TaskWriter:
-    """The ``mapInArrow`` UDF writing a batch's rows, one per query and output configuration.
+    """The ``mapInArrow`` UDF writing a batch's rows, applied to the columns it reads: one per
+    query and output configuration.
 
     Built anew for every batch it cost each batch's driver 15-20 ms (cloudpickle of the
     function and its closure, a new Python function object in the JVM) and each task the
