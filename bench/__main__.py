@@ -213,6 +213,7 @@ class Run:
             result = {"error": " ".join(str(error).split())[:500]}
             self.failed.append(name)
         result["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        result["run_started_at"] = self.doc["date"]  # ratios across figures only within one run (bench.report)
         result["wall_s"] = round(time.perf_counter() - started, 1)
         result["load_average_1m_after"] = round(os.getloadavg()[0], 2)
         self.doc["figures"][name] = result

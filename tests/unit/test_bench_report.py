@@ -23,3 +23,34 @@ def test_the_header_names_the_jvm_options_or_says_there_were_none():
     assert java_description(machine) == 'openjdk version "17.0.15" 2025-04-15, JVM options `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC` (JAVA_TOOL_OPTIONS)'
     assert java_description({**machine, "jvm_options": ""}).endswith(", the JVMs' default options")
     assert java_description({"java": "openjdk"}) == "openjdk, the JVMs' default options"  # results from before the field
+
+
+def _throughput(rate: int, **stamps: str) -> dict:
+    return {"sessions_job": {"median_rows_per_s": rate, "runs": [{"rows_per_s": rate}]}, **stamps}
+
+
+def _production_rows(sessions: dict, production: dict) -> dict[str, tuple[str, str, str, str]]:
+    from bench.report import _production_rows
+
+    return {row[0]: row for row in _production_rows({"sessions": sessions, "production": production}, "sessions")}
+
+
+RATIO = "Sessions job: s3a:// checkpoints in MinIO / local-disk checkpoints"
+
+
+def test_the_checkpoint_stores_ratio_is_given_only_for_figures_of_one_run():
+    """A partial `--only` run keeps the other figures of earlier runs: a ratio of a figure from
+    each would not be side by side, so the table says so instead of printing one."""
+    one = {"run_started_at": "2026-12-04T10:00:00+00:00"}
+    rows = _production_rows(_throughput(50_000, measured_at="2026-12-04T10:20:00+00:00", **one),
+                            _throughput(60_000, measured_at="2026-12-04T10:40:00+00:00", **one))
+    assert rows[RATIO][1] == "1.20x"
+    apart = _production_rows(_throughput(50_000, measured_at="2026-11-29T18:00:00+00:00", run_started_at="2026-11-29T17:00:00+00:00"),
+                             _throughput(60_000, measured_at="2026-12-04T10:40:00+00:00", **one))
+    assert apart[RATIO][1] == "no ratio" and "2026-11-29 and 2026-12-04" in apart[RATIO][3]
+    # Figures from before the run was recorded: measured hours apart, not in one run.
+    legacy = _production_rows(_throughput(50_000, measured_at="2026-11-29T18:00:00+00:00"),
+                              _throughput(60_000, measured_at="2026-12-04T10:40:00+00:00"))
+    assert legacy[RATIO][1] == "no ratio"
+    assert _production_rows(_throughput(50_000, measured_at="2026-11-29T18:00:00+00:00"),
+                            _throughput(60_000, measured_at="2026-11-29T18:30:00+00:00"))[RATIO][1] == "1.20x"
