@@ -209,17 +209,20 @@ class Outputs:
         return {name: f"{n} copies of {distinct[name]}" for name, n in self.copies.items() if n != distinct[name]}
 
 
-def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5, isolation: str = "read_committed") -> list:
+def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5, isolation: str = "read_committed", until_ends: bool = False) -> list:
     """Every record of ``topic`` from the beginning up to its end (:func:`read_topics`)."""
-    return read_topics(bootstrap, [topic], idle_s, isolation)[topic]
+    return read_topics(bootstrap, [topic], idle_s, isolation, until_ends)[topic]
 
 
-def read_topics(bootstrap: str, topics: Sequence[str], idle_s: float = 1.5, isolation: str = "read_committed") -> dict[str, list]:
+def read_topics(
+    bootstrap: str, topics: Sequence[str], idle_s: float = 1.5, isolation: str = "read_committed", until_ends: bool = False,
+) -> dict[str, list]:
     """Every record of each of ``topics`` from the beginning, in one consumer, until every
     partition reports its end: the last stable offset for ``read_committed`` (as the API reads:
     none of an aborted or still open transaction), the high watermark otherwise. The read
     ends earlier only if nothing at all arrives for ``idle_s`` (a partition without a leader),
-    and then returns what it has, as a read that waited for quiet did before."""
+    and then returns what it has, as a read that waited for quiet did before; or, with
+    ``until_ends``, fails naming the partitions that sent no end."""
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "scenario-reader", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
          "isolation.level": isolation, "enable.partition.eof": True}
@@ -241,6 +244,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], idle_s: float = 1.5, isol
                     ended.add((message.topic(), message.partition()))
                 else:
                     raise RuntimeError(f"reading {message.topic()}: {error}")
+        missing = sorted({(tp.topic, tp.partition) for tp in partitions} - ended)
+        assert not (until_ends and missing), f"no end of {missing} after {idle_s} s without a record"
         return records
     finally:
         consumer.close()

@@ -3,12 +3,13 @@ independently of the code under test, and run a streaming query collecting its b
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame
+
+from tests.scenario import read_topics
 
 
 @dataclass(frozen=True)
@@ -69,28 +70,11 @@ def abort_then_commit(producer: Producer, topic: str, aborted: tuple[bytes, byte
         end(30)
 
 
-def read_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0, isolation: str = "read_committed") -> list[Delivered]:
-    """Every record of ``topic``: plain assign() from offset 0 until each partition's end-of-partition event."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "kafka-tests-readback", "enable.partition.eof": True, "enable.auto.commit": False,
-         "isolation.level": isolation}
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[Delivered] = []
-    finished: set[int] = set()
-
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(finished) < partitions and time.monotonic() < deadline:
-            for m in consumer.consume(10_000, timeout=0.2):
-                if m.error() is None:
-                    records.append(Delivered(m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ())))
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    finished.add(m.partition())
-    finally:
-        consumer.close()
-    assert len(finished) == partitions, f"read-back of {topic} timed out"
-    return records
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0, isolation: str = "read_committed") -> list[Delivered]:
+    """Every record of ``topic``, each partition read from offset 0 to its end
+    (:func:`tests.scenario.read_topics`); fails when one sends no end within ``timeout_s`` of quiet."""
+    return [Delivered(m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()))
+            for m in read_topics(bootstrap, [topic], timeout_s, isolation, until_ends=True)[topic]]
 
 
 def collect_batches(df: DataFrame, checkpoint: str, columns: tuple[str, ...], available_now: bool = True) -> list[list[tuple]]:

@@ -21,7 +21,7 @@ def test_write_kafka_writes_exactly_the_rows_given(spark, settings, bootstrap, n
 
     written = write_kafka(batch, settings, topic=topic)
 
-    back = read_topic(bootstrap, topic, partitions=2)
+    back = read_topic(bootstrap, topic)
     assert written == len(back) == len(rows)
     expected = [(k.encode() if k else None, v.encode() if v else None) for k, v in rows]
     assert sorted(((r.key, r.value) for r in back), key=repr) == sorted(expected, key=repr)
@@ -36,7 +36,7 @@ def test_write_kafka_sends_each_row_to_the_topic_its_column_names(spark, setting
 
     for topic in (first, second):
         expected = sorted((k.encode(), v.encode()) for k, v, t in rows if t == topic)
-        assert sorted((r.key, r.value) for r in read_topic(bootstrap, topic, partitions=1)) == expected
+        assert sorted((r.key, r.value) for r in read_topic(bootstrap, topic)) == expected
     with pytest.raises(ValueError, match="a topic column"):
         write_kafka(batch.drop("topic"), settings, topic=None)
 
@@ -47,7 +47,7 @@ def test_write_kafka_takes_binary_columns_and_headers(spark, settings, bootstrap
         "headers", F.array(F.struct(F.lit("source").alias("key"), F.lit(b"test").alias("value")))
     )
     assert write_kafka(batch, settings, topic=topic) == 1
-    [record] = read_topic(bootstrap, topic, partitions=1)
+    [record] = read_topic(bootstrap, topic)
     assert (record.key, record.value, record.headers) == (b"\x00k", b"\xffv", (("source", b"test"),))
 
 
@@ -74,7 +74,7 @@ def test_streaming_sink_copies_a_topic(spark, settings, bootstrap, new_topic, tm
     query.awaitTermination(300)
     assert query.exception() is None
 
-    back = read_topic(bootstrap, target, partitions=2)
+    back = read_topic(bootstrap, target)
     assert sorted((r.key, r.value) for r in back) == sorted((d.key, d.value.upper()) for d in delivered)
 
 

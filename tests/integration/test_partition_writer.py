@@ -56,8 +56,8 @@ def test_each_kind_reaches_its_topic_and_the_summary_counts_it(spark, settings, 
 
     summary = write_partitions(batch, settings, plan_for(alerts, states, read_kinds={"alert"}))
 
-    on_alerts = read_topic(bootstrap, alerts, partitions=1)
-    on_states = read_topic(bootstrap, states, partitions=3)
+    on_alerts = read_topic(bootstrap, alerts)
+    on_states = read_topic(bootstrap, states)
     assert sorted((r.key.decode(), r.value.decode()) for r in on_alerts) == sorted(
         (k, p) for kind, k, p in rows if kind in ("alert", "dead_letter"))
     assert sorted((r.key.decode(), r.value and r.value.decode()) for r in on_states) == sorted(
@@ -80,7 +80,7 @@ def test_a_key_lands_in_the_partition_spark_s_sink_chooses(spark, settings, boot
     write_kafka(spark.createDataFrame([(k, "v") for k in keys], "key string, value string"), settings, topic=sparks)
 
     def partition_of(topic):
-        return {r.key.decode(): r.partition for r in read_topic(bootstrap, topic, partitions=5)}
+        return {r.key.decode(): r.partition for r in read_topic(bootstrap, topic)}
 
     assert partition_of(ours) == partition_of(sparks)
     assert len(set(partition_of(ours).values())) == 5
@@ -97,7 +97,7 @@ def test_the_writer_reads_its_three_columns_by_name_from_rows_that_carry_more(sp
             "payload string, batch long, key string, kind string, kinds string",
         )
         assert write_partitions(rows, settings, plan).counts == {"alert": 1}
-    assert sorted((r.key.decode(), r.value.decode()) for r in read_topic(bootstrap, alerts, partitions=1)) == [
+    assert sorted((r.key.decode(), r.value.decode()) for r in read_topic(bootstrap, alerts)) == [
         ("a0", json.dumps({"batch": 0})), ("a1", json.dumps({"batch": 1}))]
 
 
@@ -110,7 +110,7 @@ def test_undeclared_rows_fail_the_batch_before_their_rows_are_written(spark, set
     undeclared_counter = spark.createDataFrame([("alert", "a", "{}"), ("count", "opened:x", "1")], SCHEMA).coalesce(1)
     with pytest.raises(Exception, match=r"counts of \['opened'\]: not among the counters"):
         write_partitions(undeclared_counter, settings, plan)
-    assert read_topic(bootstrap, alerts, partitions=1) == []
+    assert read_topic(bootstrap, alerts) == []
 
 
 def test_a_batch_that_cannot_be_delivered_fails(spark, settings, monkeypatch):
@@ -131,7 +131,7 @@ def _transactions(batch_id: int, marker: str, prefix: str | None = None) -> Batc
 
 
 def _values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[str]:
-    return sorted(r.value.decode() for r in read_topic(bootstrap, topic, partitions=1, isolation=isolation))
+    return sorted(r.value.decode() for r in read_topic(bootstrap, topic, isolation=isolation))
 
 
 def test_a_replayed_batch_writes_nothing_it_had_committed(spark, settings, bootstrap, new_topic):

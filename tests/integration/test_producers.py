@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(180)
 Read = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, value
 
 
-def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Read]:
+def read_at_least(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[Read]:
     """Every record of ``topic``, read with assign() until ``expected`` arrived (or the timeout).
 
     Reading goes on until the expected count, then a little longer (well past
@@ -81,7 +81,7 @@ def test_a_seeded_batch_reads_back_complete_equal_and_in_key_order(bootstrap, ne
     records = list(generator.take(2000))
     summary = produce_records(KafkaConnection(bootstrap), records, progress=False)
     assert (summary.sent, summary.failed, summary.errors) == (2000, 0, {})
-    read = read_topic(bootstrap, topic, 2000)
+    read = read_at_least(bootstrap, topic, 2000)
     assert_read_back(read, records)
     assert list(UserEventGenerator(seed=42, users=200, duplicate_rate=0.02, late_rate=0.02, malformed_rate=0.02, topic=topic).take(2000)) == records
 
@@ -94,7 +94,7 @@ def test_malformed_records_read_back_fail_the_contract_with_the_expected_reason(
     assert (summary.sent, summary.failed) == (600, 0)
     for topic, model, sent in ((events_topic, UserEvent, events), (metrics_topic, Metric, metrics)):
         expected = Counter((r.key, r.value, r.malformed_reason) for r in sent)
-        read = read_topic(bootstrap, topic, len(sent))
+        read = read_at_least(bootstrap, topic, len(sent))
         assert Counter((k, v, contract_reason(model, k, v)) for _, _, k, v in read) == expected
         assert sum(r.malformed_reason is not None for r in sent) > 50
 
@@ -134,7 +134,7 @@ def test_cli_events_send_what_the_generator_yields_for_the_seed(bootstrap, new_t
     assert result.returncode == 0, result.stderr
     assert summary_sent(result.stderr) == 500
     expected = list(UserEventGenerator(seed=7, users=50, duplicate_rate=0.02, late_rate=0.02, malformed_rate=0.02, topic=topic).take(500))
-    assert_read_back(read_topic(bootstrap, topic, 500), expected)
+    assert_read_back(read_at_least(bootstrap, topic, 500), expected)
 
 
 def test_cli_records_a_scenario_and_replays_it(bootstrap, new_topic, tmp_path):
@@ -146,7 +146,7 @@ def test_cli_records_a_scenario_and_replays_it(bootstrap, new_topic, tmp_path):
     assert replayed.returncode == 0, replayed.stderr
     assert summary_sent(replayed.stderr) == 210
     expected = [ProducedRecord(topic, r.key, r.value, r.malformed_reason, r.kind) for r in read_scenario(scenario)]
-    assert_read_back(read_topic(bootstrap, topic, 210), expected)
+    assert_read_back(read_at_least(bootstrap, topic, 210), expected)
 
 
 def test_cli_metrics_count(bootstrap, new_topic):
@@ -154,7 +154,7 @@ def test_cli_metrics_count(bootstrap, new_topic):
     result = cli("metrics", "--count", "120", "--series", "4", "--anomaly-rate", "0.05", "--topic", topic, "--bootstrap", bootstrap, "--seed", "1")
     assert result.returncode == 0, result.stderr
     expected = list(MetricGenerator(seed=2, series=4, anomaly_rate=0.05, topic=topic).take(120))  # metrics use seed + 1
-    assert_read_back(read_topic(bootstrap, topic, 120), expected)
+    assert_read_back(read_at_least(bootstrap, topic, 120), expected)
 
 
 def test_sigterm_flushes_and_summarises(bootstrap, new_topic):
@@ -165,7 +165,7 @@ def test_sigterm_flushes_and_summarises(bootstrap, new_topic):
         text=True,
     )
     try:
-        assert len(read_topic(bootstrap, topic, 50, timeout_s=30)) >= 50, "the producer never got going"
+        assert len(read_at_least(bootstrap, topic, 50, timeout_s=30)) >= 50, "the producer never got going"
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -174,7 +174,7 @@ def test_sigterm_flushes_and_summarises(bootstrap, new_topic):
     assert process.returncode == 0, stderr
     assert "stopped early" in stderr
     sent = summary_sent(stderr)
-    assert len(read_topic(bootstrap, topic, sent)) == sent
+    assert len(read_at_least(bootstrap, topic, sent)) == sent
 
 
 def test_demo_mode_sends_events_and_metrics_to_the_configured_topics(bootstrap, new_topic):
@@ -185,8 +185,8 @@ def test_demo_mode_sends_events_and_metrics_to_the_configured_topics(bootstrap, 
     )
     assert result.returncode == 0, result.stderr
     sent = summary_sent(result.stderr)
-    events = read_topic(bootstrap, events_topic, 1, timeout_s=10)
-    metrics = read_topic(bootstrap, metrics_topic, 1, timeout_s=10)
+    events = read_at_least(bootstrap, events_topic, 1, timeout_s=10)
+    metrics = read_at_least(bootstrap, metrics_topic, 1, timeout_s=10)
     assert len(events) + len(metrics) == sent
     assert len(events) > len(metrics) > 0
     now = time.time() * 1000
@@ -269,7 +269,7 @@ def test_bad_scenario_line_sends_nothing(bootstrap, new_topic, tmp_path):
     result = cli("replay", str(scenario), "--bootstrap", bootstrap)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {scenario}, line 2: not a scenario record: 'topic' must be a non-empty string"]
-    assert read_topic(bootstrap, topic, 1, timeout_s=2) == []
+    assert read_at_least(bootstrap, topic, 1, timeout_s=2) == []
 
 
 def test_unknown_topic_is_not_created_by_the_check(bootstrap):
