@@ -71,8 +71,8 @@ ONE_RUN_WITHIN_S = 3 * 3600
 def one_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether figures ``a`` and ``b`` were measured in one run, so a ratio of them is side by side
     (a partial ``--only`` run keeps the other figures of earlier runs)."""
-    if "run_started_at" in a and "run_started_at" in b:
-        return bool(a["run_started_at"] == b["run_started_at"])
+    if "run_started_at" in a or "run_started_at" in b:
+        return bool(a.get("run_started_at") == b.get("run_started_at"))
     if "measured_at" not in a or "measured_at" not in b:
         return False
     apart = datetime.fromisoformat(a["measured_at"]) - datetime.fromisoformat(b["measured_at"])

@@ -54,3 +54,6 @@ def test_the_checkpoint_stores_ratio_is_given_only_for_figures_of_one_run():
     assert legacy[RATIO][1] == "no ratio"
     assert _production_rows(_throughput(50_000, measured_at="2026-11-29T18:00:00+00:00"),
                             _throughput(60_000, measured_at="2026-11-29T18:30:00+00:00"))[RATIO][1] == "1.20x"
+    # One recorded run and one from before the field: not the same run, however close in time.
+    assert _production_rows(_throughput(50_000, measured_at="2026-12-04T10:20:00+00:00"),
+                            _throughput(60_000, measured_at="2026-12-04T10:40:00+00:00", **one))[RATIO][1] == "no ratio"
