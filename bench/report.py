@@ -175,12 +175,12 @@ def _production_rows(figures: dict[str, Any], kind: str) -> list[tuple[str, str,
     label = {"sessions": "Sessions job (events/s), production path", "anomalies": "Anomalies job (points/s), production path"}[kind]
     rows = [_engine(label, job, PRODUCTION_SETUP)]
     embedded = figures.get(kind, {}).get(f"{kind}_job")
-    label = f"{kind.capitalize()} job: s3a:// checkpoints in MinIO / local-disk checkpoints"
+    ratio_label = f"{kind.capitalize()} job: s3a:// checkpoints in MinIO / local-disk checkpoints"
     if embedded and "error" not in figures[kind]:
         if one_run(f, figures[kind]):
-            rows.append(_ratio(label, job["median_rows_per_s"] / embedded["median_rows_per_s"], None))
+            rows.append(_ratio(ratio_label, job["median_rows_per_s"] / embedded["median_rows_per_s"], None))
         else:
-            rows.append((label, "no ratio", "", f"measured in different runs ({_measured_on(figures[kind])} and {_measured_on(f)})"))
+            rows.append((ratio_label, "no ratio", "", f"measured in different runs ({_measured_on(figures[kind])} and {_measured_on(f)})"))
     return rows
 
 

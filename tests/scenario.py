@@ -209,9 +209,9 @@ class Outputs:
         return {name: f"{n} copies of {distinct[name]}" for name, n in self.copies.items() if n != distinct[name]}
 
 
-def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5, isolation: str = "read_committed", until_ends: bool = False) -> list:
+def read_topic(bootstrap: str, topic: str, idle_s: float = 1.5, isolation: str = "read_committed") -> list:
     """Every record of ``topic`` from the beginning up to its end (:func:`read_topics`)."""
-    return read_topics(bootstrap, [topic], idle_s, isolation, until_ends)[topic]
+    return read_topics(bootstrap, [topic], idle_s, isolation)[topic]
 
 
 def read_topics(
