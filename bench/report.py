@@ -80,7 +80,8 @@ def one_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def _measured_on(figure: dict[str, Any]) -> str:
-    return str(figure.get("measured_at", "an unrecorded day"))[:10]
+    """When ``figure`` was measured, to the minute (UTC)."""
+    return str(figure.get("measured_at", "an unrecorded time"))[:16].replace("T", " ")
 
 
 def _p50_goal(p50_ms: float, latency: dict[str, Any] | None) -> str:
