@@ -66,6 +66,25 @@ def test_the_collector_is_paused_during_a_visit_and_back_after():
     ]
 
 
+def test_the_visits_objects_are_freed_before_the_collector_is_back_on(monkeypatch):
+    """Enabled over a visit's rows, values and states still alive, the collector's first run
+    scanned every one of them (about 10,000 objects for this visit; 23 ms a bucket of 2,500
+    users of the sessions job): a visit leaves only its output behind when the collector comes back."""
+    keys = [f"user-{i}" for i in range(5_000)]
+    processor = BucketProcessor(Plan.of(StateSpec.batch_function(lambda key, values, state: state.update(len(values)))),
+                                "ProcessingTime", 10, TICK_MS)
+    processor.store = MemoryBucketStore()
+    packed = _packed(keys)
+    tracked_at_enable = []
+    enable = gc.enable
+    monkeypatch.setattr(gc, "enable", lambda: (tracked_at_enable.append(len(gc.get_objects(0))), enable())[1])
+    gc.collect()
+    before = len(gc.get_objects(0))
+    frames = list(processor.handleInputRows((0,), iter([packed]), Clock()))
+    assert sum(len(frame) for frame in frames) == len(keys)  # a snapshot each: the visit did its work
+    assert len(tracked_at_enable) == 1 and tracked_at_enable[0] - before < 1_000, (before, tracked_at_enable)
+
+
 def test_a_visit_that_fails_leaves_the_collector_on():
     class Broken(MemoryBucketStore):
         def load_hot(self):
