@@ -52,6 +52,15 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE_FILE.read_text())
 
 
+def run_healthcheck(test: list[str], in_container: int, port: int) -> subprocess.CompletedProcess[str]:
+    """A healthcheck's command as Docker runs it (``CMD``), after compose's ``$$`` escape,
+    aimed at ``port`` on this host instead of the container's ``in_container``."""
+    kind, *command = test
+    assert kind == "CMD", "a check run without a shell names its program"
+    command = [part.replace("$$", "$").replace(f"localhost/{in_container}", f"localhost/{port}") for part in command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
 def env_example() -> dict[str, str]:
     """The variables .env.example documents, set (``KEY=value``) or shown commented out with
     their default (``# KEY=value``; a value with spaces in double quotes, which compose removes)."""

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from streamstate_jobs.metrics_server import serve_metrics
-from tests.compose.compose_files import compose
+from tests.compose.compose_files import compose, run_healthcheck
 
 CHAINED = ("kafka", "spark-master", "spark-worker-1", "spark-worker-2", "sessions-job", "anomalies-job", "api")
 HTTP_OK = {"spark-master": 8080, "spark-worker-1": 8081, "spark-worker-2": 8081, "api": 8000}
@@ -37,12 +37,7 @@ def seconds(duration: str) -> float:
 
 
 def run_against(service: str, port: int, in_container: int) -> subprocess.CompletedProcess[str]:
-    """``service``'s check as Docker runs it (``CMD``), after compose's ``$$`` escape, aimed at
-    ``port`` on this host instead of the container's ``in_container``."""
-    kind, *command = healthcheck(service)["test"]
-    assert kind == "CMD"
-    command = [part.replace("$$", "$").replace(f"localhost/{in_container}", f"localhost/{port}") for part in command]
-    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+    return run_healthcheck(healthcheck(service)["test"], in_container, port)
 
 
 def unused_port() -> int:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from streamstate_pipeline.settings import REPO_ROOT
-from tests.compose.compose_files import compose
+from tests.compose.compose_files import compose, run_healthcheck
 
 KAFKA_3_FILE = REPO_ROOT / "infra" / "docker" / "compose.kafka-3.yml"
 
@@ -25,12 +25,7 @@ def healthchecks() -> dict[str, list[str]]:
 
 
 def run_against(test: list[str], port: int) -> subprocess.CompletedProcess[str]:
-    """The healthcheck's command as Docker runs it (``CMD``), after compose's ``$$`` escape,
-    aimed at ``port`` instead of the container's 9092."""
-    kind, *command = test
-    assert kind == "CMD", "a JVM-free check runs bash directly, not through sh"
-    command = [part.replace("$$", "$").replace("localhost/9092", f"localhost/{port}") for part in command]
-    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+    return run_healthcheck(test, 9092, port)
 
 
 @pytest.mark.parametrize("name", sorted(healthchecks()))
