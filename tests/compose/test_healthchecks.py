@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from streamstate_jobs.metrics_server import serve_metrics
+from streamstate_stack.launcher import free_port
 from tests.compose.compose_files import compose, run_healthcheck
 
 CHAINED = ("kafka", "spark-master", "spark-worker-1", "spark-worker-2", "sessions-job", "anomalies-job", "api")
@@ -38,12 +39,6 @@ def seconds(duration: str) -> float:
 
 def run_against(service: str, port: int, in_container: int) -> subprocess.CompletedProcess[str]:
     return run_healthcheck(healthcheck(service)["test"], in_container, port)
-
-
-def unused_port() -> int:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        return unused.getsockname()[1]
 
 
 @pytest.mark.parametrize("service", CHAINED)
@@ -82,7 +77,7 @@ def test_an_http_check_passes_on_200_only(service):
         assert run_against(service, port, HTTP_OK[service]).returncode == 0
     with http_server(503) as port:
         assert run_against(service, port, HTTP_OK[service]).returncode != 0
-    assert run_against(service, unused_port(), HTTP_OK[service]).returncode != 0
+    assert run_against(service, free_port(), HTTP_OK[service]).returncode != 0
     with socket.socket() as silent:  # accepts, never answers: fails within the check's own timeout
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -122,4 +117,4 @@ def test_a_job_check_passes_while_its_own_job_is_up(service):
     finally:
         server.shutdown()
         server.server_close()
-    assert run_against(service, unused_port(), in_container).returncode != 0
+    assert run_against(service, free_port(), in_container).returncode != 0

@@ -9,11 +9,11 @@ workers at their first visit (docs/profile.md: 0.4 s of every query start).
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -21,6 +21,9 @@ from streamstate.state.buckets import Bucket, BucketStore, initial_entries
 from streamstate.state.columns import records_by_key
 from streamstate.state.keyrun import OUTPUT_COLUMNS, Plan
 from streamstate.state.packing import BLOB, rows_by_key, unpack
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.stateful_processor import TimerValues
@@ -33,22 +36,28 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
+def _collector_paused(visit: Callable[P, R]) -> Callable[P, R]:
     """No cyclic garbage collection during a bucket visit; it runs again after.
 
     A visit allocates a row, a value dict and the rule's state for every record, and the
     collector, triggered by allocation counts, scanned those live objects again and again for
     no garbage: the engine and the jobs' rules make no reference cycles (a user function's
-    wait until the visit ends). Paused, a sessions visit took 5-10% less CPU (docs/profile.md)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+    wait until the visit ends). Paused, a sessions visit took 5-10% less CPU (docs/profile.md).
+    The collector comes back once ``visit`` has returned, its rows, values and states freed by
+    reference counting: enabled over them, its first run scanned every object the visit had
+    made (23 ms a bucket of 2,500 users in bench/profile_buckets.py)."""
+
+    @functools.wraps(visit)
+    def paused(*args: P.args, **kwargs: P.kwargs) -> R:
+        if not gc.isenabled():
+            return visit(*args, **kwargs)
+        gc.disable()
+        try:
+            return visit(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
 
 
 class BucketVisits:
@@ -68,16 +77,9 @@ class BucketVisits:
         clock = {"EventTime": watermark, "ProcessingTime": now}.get(self.time_mode)
         return Bucket(self.plan, store, watermark, now, clock, self.hot_capacity, self.tick_ms).load()
 
-    # Each visit runs in a function of its own inside the pause, so that its rows, values and
-    # states are freed (by reference counting) before the collector is back on: enabled over
-    # them, its first collection scanned every object the visit had made (23 ms a bucket of
-    # 2,500 users in bench/profile_buckets.py).
+    @_collector_paused
     def input_rows(self, store: BucketStore, rows: Iterator[pd.DataFrame], timer_values: TimerValues) -> pd.DataFrame | None:
         """The bucket's packed rows of this batch applied; the visit's output, if any."""
-        with _collector_paused():
-            return self._input_rows(store, rows, timer_values)
-
-    def _input_rows(self, store: BucketStore, rows: Iterator[pd.DataFrame], timer_values: TimerValues) -> pd.DataFrame | None:
         table = unpack(blob for frame in rows for blob in frame[BLOB])
         bucket = self._bucket(store, timer_values)
         if table is not None and self.plan.columnar:
@@ -87,12 +89,9 @@ class BucketVisits:
             bucket.apply_records(rows_by_key(table).items())
         return self._finish(bucket)
 
+    @_collector_paused
     def expired_timer(self, store: BucketStore, timer_values: TimerValues, expiry_ms: int) -> pd.DataFrame | None:
         """The bucket's timer at ``expiry_ms`` fired; the visit's output, if any."""
-        with _collector_paused():
-            return self._expired_timer(store, timer_values, expiry_ms)
-
-    def _expired_timer(self, store: BucketStore, timer_values: TimerValues, expiry_ms: int) -> pd.DataFrame | None:
         bucket = self._bucket(store, timer_values)
         bucket.timer_fired(expiry_ms)
         return self._finish(bucket)
