@@ -38,6 +38,7 @@ from typing import cast
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streamstate_api.broadcast import AlertBroadcaster
 from streamstate_api.metrics import ApiMetrics
@@ -46,7 +47,7 @@ from streamstate_api.store import StoreDamaged, view_identity
 from streamstate_api.view import Consumed, StateView
 from streamstate_pipeline.contracts import ContractError
 from streamstate_pipeline.errors import ApiError
-from streamstate_pipeline.kafka_clients import admin, reader_config, reason, watermarks
+from streamstate_pipeline.kafka_clients import admin, end_offsets, reader_config, reason, watermarks
 from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger("streamstate_api.follower")
@@ -132,6 +133,8 @@ class ViewFollower(threading.Thread):
         self._stepped_at = time.monotonic()  # when the consuming loop last completed a step
         self._last_error: str | None = None  # why the last attempt to follow failed, until a step completes
         self._ended: str | None = None  # why the thread ended, when it did
+        # The lag's end offsets are the ones the consumer reads up to (the last stable offset).
+        self._read_committed = self._config().get("isolation.level") == "read_committed"
         self._metrics.ready.set_function(lambda: 1 if self.readiness().ready else 0)
         self._metrics.broker_up.set(0)
 
@@ -245,6 +248,7 @@ class ViewFollower(threading.Thread):
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
             next_lag_refresh = next_grave_pruning = 0.0
+            ends_client = admin(self._settings.kafka)  # the lag's end offsets: not through the fetching consumer
             while not self._stopping.is_set():
                 if self._view.damage is not None:  # found by a request, or by our own reads
                     raise StoreDamaged(self._view.damage)
@@ -261,7 +265,7 @@ class ViewFollower(threading.Thread):
                 # Not while catching up: asking a busy consumer for watermarks stalls its fetching
                 # (half a second per refresh, measured), and /readyz already says what is left.
                 if self._caught_up and time.monotonic() >= next_lag_refresh:
-                    self._refresh_lag(consumer, partitions)
+                    self._refresh_lag(ends_client, partitions)
                     next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
                 if self._caught_up and time.monotonic() >= next_grave_pruning:
                     self._prune_graves()
@@ -536,14 +540,19 @@ class ViewFollower(threading.Thread):
         self._next_progress_log = time.monotonic() + _PROGRESS_LOG_S
         log.info("view follower: %s", self._progress(self._remaining(self._targets)))
 
-    def _refresh_lag(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _refresh_lag(self, ends_client: AdminClient, partitions: list[TopicPartition]) -> None:
         """End offset minus the view's position, per partition. On a topic written in transactions
         each commit marker takes an offset no record has, so a view holding every record stays
         behind the end; where the consumer reached the partition's end past every record the view
-        holds, that end is the position (lag 0): the markers were read past, not left behind."""
+        holds, that end is the position (lag 0): the markers were read past, not left behind.
+
+        The ends are asked of an admin client, all partitions at once: asked of the follower's
+        consumer, each waited behind its fetch in flight (up to 500 ms when nothing is new), and
+        the follower, holding its next records, spent seconds a refresh there (issue 54)."""
+        ends = end_offsets(ends_client, [(tp.topic, tp.partition) for tp in partitions], 2, self._read_committed)
         for tp in partitions:
             key = (tp.topic, tp.partition)
-            _, reported_end = consumer.get_watermark_offsets(tp, timeout=2)
+            reported_end = ends[key]
             position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
             if position >= self._known_ends.get(key, 0):  # every record consumed is in the view
                 position = max(position, self._eof_at.get(key, 0))
