@@ -262,8 +262,7 @@ class ViewFollower(threading.Thread):
                 if not self._caught_up:
                     self._log_progress()
                     self._check_caught_up()
-                # Not while catching up: asking a busy consumer for watermarks stalls its fetching
-                # (half a second per refresh, measured), and /readyz already says what is left.
+                # Not while catching up: /readyz already says what is left.
                 if self._caught_up and time.monotonic() >= next_lag_refresh:
                     self._refresh_lag(ends_client, partitions)
                     next_lag_refresh = time.monotonic() + _LAG_REFRESH_S
