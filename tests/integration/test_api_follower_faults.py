@@ -76,7 +76,7 @@ def test_the_lag_refresh_never_holds_back_the_live_view_or_a_stop(bootstrap, new
     for i in range(6):  # about 7 s: past the first refresh, which starts as the view catches up, and into the next
         user = f"fresh-{i}"
         publish(bootstrap, topics.sessions, [(user, session_snapshot(user).to_json())])
-        wait_until(lambda: api.get(f"/sessions/{user}").status_code == 200, 5, f"{user}'s snapshot to be served within 5 s")
+        wait_until(lambda user=user: api.get(f"/sessions/{user}").status_code == 200, 5, f"{user}'s snapshot to be served within 5 s")
         time.sleep(1)
     partitions = [str(p) for p in range(16)]
     wait_until(lambda: all(api.metric("streamstate_api_consumer_lag", topic=topics.sessions, partition=p) == 0 for p in partitions),
