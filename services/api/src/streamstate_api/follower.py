@@ -7,7 +7,8 @@ follower started. Before resuming from stored offsets the follower checks them a
 the topics: a topic recreated since (its topic id changed) or offsets past a partition's
 end (a broker that lost its data) make the stored view stale, and it is rebuilt.
 
-The end offsets at start are the partitions' high watermarks as the broker reports them.
+The end offsets at start are the partitions' ends as the broker reports them (ListOffsets, at
+the isolation level the follower reads with: the last stable offset by default).
 Partitions are ``assign()``-ed, never ``subscribe()``-d: no group rebalance, so start-up
 is immediate.
 
@@ -47,7 +48,7 @@ from streamstate_api.store import StoreDamaged, view_identity
 from streamstate_api.view import Consumed, StateView
 from streamstate_pipeline.contracts import ContractError
 from streamstate_pipeline.errors import ApiError
-from streamstate_pipeline.kafka_clients import admin, end_offsets, reader_config, reason, watermarks
+from streamstate_pipeline.kafka_clients import admin, end_offsets, reader_config, reason
 from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger("streamstate_api.follower")
@@ -233,10 +234,11 @@ class ViewFollower(threading.Thread):
 
     def _follow(self) -> None:
         consumer = Consumer(self._config())
+        ends_client = admin(self._settings.kafka)  # end offsets: never through the fetching consumer (_refresh_lag)
         try:
             partitions = self._discover(consumer)
             if self._targets is None:
-                targets = self._end_offsets(consumer, partitions)
+                targets = self._end_offsets(ends_client, partitions)
                 self._check_store(targets)
                 for source, topic in self._topics.items():
                     self._view.track(source, [p for (t, p) in targets if t == topic])
@@ -248,7 +250,6 @@ class ViewFollower(threading.Thread):
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])
             next_lag_refresh = next_grave_pruning = 0.0
-            ends_client = admin(self._settings.kafka)  # the lag's end offsets: not through the fetching consumer
             while not self._stopping.is_set():
                 if self._view.damage is not None:  # found by a request, or by our own reads
                     raise StoreDamaged(self._view.damage)
@@ -411,11 +412,11 @@ class ViewFollower(threading.Thread):
                 f"the serving loop did not detach the damaged store within {_BETWEEN_READS_WAIT_S:.0f} s"
             ) from None
 
-    def _end_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    def _end_offsets(self, ends_client: AdminClient, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         with self._state_lock:
             # Keeps why the view catches up (a damaged store, say): /readyz shows it at every step.
             self._problem = f"{self._how()}: reading the topics' end offsets"
-        return {tp: high for tp, (_, high) in watermarks(consumer, [(p.topic, p.partition) for p in partitions], 5).items()}
+        return end_offsets(ends_client, [(p.topic, p.partition) for p in partitions], 5, self._read_committed)
 
     def _resume_point(self, tp: TopicPartition) -> TopicPartition:
         position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
