@@ -19,7 +19,8 @@ reach a log line or ``streamstate config`` unmasked (:func:`masked`).
 
 Also here, once each: the reachability check (:func:`broker_problem`, :func:`wait_for_broker`),
 the coordinators' warm-up of a new broker (:func:`warm_coordinators`), partitions' end
-offsets (:func:`watermarks`), the brokers' own settings (:func:`broker_settings`), and the
+offsets (:func:`watermarks` through a consumer not yet fetching, with the earliest;
+:func:`end_offsets` through an admin client, for a consumer that is), the brokers' own settings (:func:`broker_settings`), and the
 turning of a Kafka error into a one-line reason (:func:`reason`).
 """
 

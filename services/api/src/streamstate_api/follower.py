@@ -134,7 +134,7 @@ class ViewFollower(threading.Thread):
         self._stepped_at = time.monotonic()  # when the consuming loop last completed a step
         self._last_error: str | None = None  # why the last attempt to follow failed, until a step completes
         self._ended: str | None = None  # why the thread ended, when it did
-        # The lag's end offsets are the ones the consumer reads up to (the last stable offset).
+        # The end offsets asked (the targets, the lag's) are the ones the consumer reads up to.
         self._read_committed = self._config().get("isolation.level") == "read_committed"
         self._metrics.ready.set_function(lambda: 1 if self.readiness().ready else 0)
         self._metrics.broker_up.set(0)
