@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -207,6 +209,58 @@ def test_unreachable_broker_keeps_the_process_alive_and_not_ready(api_topics, st
     assert api.popen.poll() is None and api.get("/healthz").status_code == 200
     body = api.get("/sessions").json()
     assert body["items"] == [] and body["freshness"]["caught_up"] is False
+
+
+class SilentBroker:
+    """A listening socket that accepts every connection and never answers: a broker host that
+    is up while its Kafka process hangs. Counts the connections, so a test knows when a client
+    has just connected."""
+
+    def __init__(self):
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self._socket.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:  # closed
+                return
+            self.connections.append(connection)  # held open, never read or answered
+
+    def close(self) -> None:
+        self._socket.close()
+        for connection in self.connections:
+            connection.close()
+
+
+def test_a_stop_does_not_wait_for_a_broker_that_never_answers(api_topics, start_api):
+    """The follower asks the broker for its topics with a 5-s timeout, and a client call of
+    librdkafka's blocks for all of it: a SIGTERM that came meanwhile waited for the call (3.5 s
+    measured with a broker that refuses connections, 5 s with one that never answers)."""
+    broker = SilentBroker()
+    try:
+        api = start_api(api_topics, bootstrap_servers=broker.address, api_retry_s="0.2")
+        api.wait_listening()
+        # Each attempt connects anew (a new consumer) and then asks for the topics: a SIGTERM
+        # right after a new connection falls at the start of that wait.
+        wait_until(lambda: (r := api.get("/readyz").json()) and "unreachable" in r["reason"], 30, "an attempt to fail")
+        seen = len(broker.connections)
+        wait_until(lambda: len(broker.connections) > seen, 15, "the next attempt to connect")
+        stopping = time.monotonic()
+        os.killpg(api.popen.pid, signal.SIGTERM)
+        try:
+            api.popen.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+        waited = time.monotonic() - stopping
+        # uvicorn ends a graceful shutdown by raising the signal it handled again.
+        assert api.popen.returncode == -signal.SIGTERM, f"the API did not stop on SIGTERM (exit {api.popen.returncode}):\n{api.log_tail()}"
+        assert waited < 3, f"the API took {waited:.1f} s to stop: it waited for the broker's answer"
+    finally:
+        broker.close()
 
 
 def test_a_token_guards_the_data_endpoints_and_leaves_probes_and_metrics_open(bootstrap, api_topics, start_api):

@@ -30,7 +30,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,16 +348,21 @@ def watermarks(
 
 
 def end_offsets(
-    client: AdminClient, tps: Iterable[TopicPartitionKey], timeout_s: float = METADATA_TIMEOUT_S, read_committed: bool = True
+    client: AdminClient,
+    tps: Iterable[TopicPartitionKey],
+    timeout_s: float = METADATA_TIMEOUT_S,
+    read_committed: bool = True,
+    answer: Callable[[Future, float], Any] = Future.result,
 ) -> dict[TopicPartitionKey, int]:
     """Each partition's end offset as ListOffsets answers it (the last stable offset when
     ``read_committed``), every partition in one request per broker, on the admin client's own
     connections. A consumer that is fetching answers the same question only after its fetch in
     flight returns, which the broker holds up to ``fetch.wait.max.ms`` (500 ms) when nothing is
-    new: half a second a partition (measured)."""
+    new: half a second a partition (measured). ``answer(future, timeout_s)`` waits for each
+    partition's answer (a caller that may be stopped meanwhile waits in its own way)."""
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
     futures = client.list_offsets(
         {TopicPartition(topic, partition): OffsetSpec.latest() for topic, partition in tps},
         isolation_level=isolation, request_timeout=timeout_s,
     )
-    return {(tp.topic, tp.partition): future.result(timeout=timeout_s).offset for tp, future in futures.items()}
+    return {(tp.topic, tp.partition): answer(future, timeout_s).offset for tp, future in futures.items()}

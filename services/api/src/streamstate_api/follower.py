@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import TypeVar, cast
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicCollection, TopicPartition
@@ -52,6 +52,7 @@ from streamstate_pipeline.kafka_clients import admin, end_offsets, reader_config
 from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger("streamstate_api.follower")
+_T = TypeVar("_T")
 
 _BATCH = 5000
 _POLL_S = 0.2
@@ -60,6 +61,8 @@ _GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count g
 _PROGRESS_LOG_S = 5.0
 _BETWEEN_READS_WAIT_S = 30.0  # for the serving loop to run a callback: it runs one between requests
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
+# A wait for the broker looks this often whether the API is stopping (_unless_stopping).
+_STOP_CHECK_S = 0.1
 
 
 def next_records(consumer: Consumer, caught_up: bool, wait_s: float = _POLL_S) -> list[Message]:
@@ -95,6 +98,10 @@ class Readiness:
 
 class _StartFailed(ApiError):
     """A start-up step that cannot complete yet (missing topic); retried after a pause."""
+
+
+class _Stopping(ApiError):
+    """The API is stopping: a wait for the broker gives up at once instead of at its timeout."""
 
 
 class ViewFollower(threading.Thread):
@@ -220,6 +227,8 @@ class ViewFollower(threading.Thread):
                 continue
             try:
                 self._follow()
+            except _Stopping:
+                return
             except StoreDamaged:
                 continue  # replaced at once, above
             except (KafkaException, _StartFailed) as exc:
@@ -300,7 +309,7 @@ class ViewFollower(threading.Thread):
         )
 
     def _discover(self, consumer: Consumer) -> list[TopicPartition]:
-        metadata = consumer.list_topics(timeout=5)
+        metadata = self._unless_stopping(lambda wait_s: consumer.list_topics(timeout=wait_s), 5)
         self._set_broker(True, "reading partition metadata")
         missing = [t for t in self._topics.values() if t not in metadata.topics or metadata.topics[t].error]
         if missing:
@@ -318,8 +327,8 @@ class ViewFollower(threading.Thread):
         client = admin(self._settings.kafka)  # held until the futures are resolved: a collected client fails them
         for topic, future in client.describe_topics(TopicCollection(list(self._topics.values()))).items():
             try:
-                topic_id = future.result(timeout=10).topic_id
-            except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: retried by run()
+                topic_id = self._answer(future, 10).topic_id
+            except (KafkaException, TimeoutError) as exc:  # retried by run()
                 raise _StartFailed(f"reading the topic id of {topic}: {self._describe(exc)}") from None
             if topic_id is not None:
                 ids[topic] = str(topic_id)
@@ -416,7 +425,7 @@ class ViewFollower(threading.Thread):
         with self._state_lock:
             # Keeps why the view catches up (a damaged store, say): /readyz shows it at every step.
             self._problem = f"{self._how()}: reading the topics' end offsets"
-        return end_offsets(ends_client, [(p.topic, p.partition) for p in partitions], 5, self._read_committed)
+        return end_offsets(ends_client, [(p.topic, p.partition) for p in partitions], 5, self._read_committed, self._answer)
 
     def _resume_point(self, tp: TopicPartition) -> TopicPartition:
         position = self._view.positions(self._source_of[tp.topic]).get(tp.partition, 0)
@@ -549,7 +558,7 @@ class ViewFollower(threading.Thread):
         The ends are asked of an admin client, all partitions at once: asked of the follower's
         consumer, each waited behind its fetch in flight (up to 500 ms when nothing is new), and
         the follower, holding its next records, spent seconds a refresh there (issue 54)."""
-        ends = end_offsets(ends_client, [(tp.topic, tp.partition) for tp in partitions], 2, self._read_committed)
+        ends = end_offsets(ends_client, [(tp.topic, tp.partition) for tp in partitions], 2, self._read_committed, self._answer)
         for tp in partitions:
             key = (tp.topic, tp.partition)
             reported_end = ends[key]
@@ -561,6 +570,26 @@ class ViewFollower(threading.Thread):
         self._set_broker(True, self._problem)
 
     # ------------------------------------------------------------------ broker state
+    def _unless_stopping(self, ask: Callable[[float], _T], timeout_s: float) -> _T:
+        """``ask(wait_s)`` asked again in waits of ``_STOP_CHECK_S`` until the broker answers or
+        ``timeout_s`` has passed (then the last failure is raised); :class:`_Stopping` once the
+        API stops. A librdkafka call blocks for all of its timeout while the broker does not
+        answer, and a SIGTERM waited for it (5 s with a broker that never answers)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._stopping.is_set():
+                raise _Stopping("the API is stopping")
+            try:
+                return ask(min(_STOP_CHECK_S, max(deadline - time.monotonic(), 0.01)))
+            except (KafkaException, TimeoutError) as exc:
+                unanswered = isinstance(exc, TimeoutError) or exc.args[0].code() in _BROKER_DOWN_CODES | {KafkaError._TIMED_OUT}
+                if not unanswered or time.monotonic() >= deadline:
+                    raise
+
+    def _answer(self, future: concurrent.futures.Future, timeout_s: float):
+        """The admin client's answer, waited for as :meth:`_unless_stopping` waits."""
+        return self._unless_stopping(lambda wait_s: future.result(timeout=wait_s), timeout_s)
+
     def _on_kafka_error(self, error: KafkaError) -> None:
         if error.code() in _BROKER_DOWN_CODES:
             self._set_broker(False, f"Kafka at {self._settings.bootstrap_servers} unreachable: {reason(error)}")
