@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -78,10 +79,17 @@ def test_an_http_check_passes_on_200_only(service):
     with http_server(503) as port:
         assert run_against(service, port, HTTP_OK[service]).returncode != 0
     assert run_against(service, free_port(), HTTP_OK[service]).returncode != 0
-    with socket.socket() as silent:  # accepts, never answers: fails within the check's own timeout
+
+
+def test_an_http_check_fails_on_a_server_that_never_answers():
+    """Within the check's own read timeout (3 s), so every service is checked at once."""
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never answers
         silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        assert run_against(service, silent.getsockname()[1], HTTP_OK[service]).returncode != 0
+        silent.listen(len(HTTP_OK))
+        port = silent.getsockname()[1]
+        with ThreadPoolExecutor(len(HTTP_OK)) as pool:
+            codes = dict(zip(HTTP_OK, pool.map(lambda service: run_against(service, port, HTTP_OK[service]).returncode, HTTP_OK)))
+    assert all(code != 0 for code in codes.values()), codes
 
 
 def test_the_api_check_passes_on_the_apis_own_server(bootstrap, new_topic, tmp_path):
