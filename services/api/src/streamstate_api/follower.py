@@ -61,8 +61,9 @@ _GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count g
 _PROGRESS_LOG_S = 5.0
 _BETWEEN_READS_WAIT_S = 30.0  # for the serving loop to run a callback: it runs one between requests
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
-# A wait for the broker looks this often whether the API is stopping (_unless_stopping).
-_STOP_CHECK_S = 0.1
+# A wait for the broker looks this often whether the API is stopping (_unless_stopping): as
+# often as the consuming loop does, and a broker slow to answer gets a request at most this often.
+_STOP_CHECK_S = _POLL_S
 
 
 def next_records(consumer: Consumer, caught_up: bool, wait_s: float = _POLL_S) -> list[Message]:
