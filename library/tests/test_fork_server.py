@@ -133,7 +133,6 @@ def test_only_spark_one_off_modules_with_the_switch_on_are_forked():
     assert not fork_server.enabled("pyspark.daemon", on)
 
 
-
 # A process that forks its own server (as a job does), then starts the stand-in JVM as its child.
 FORKING_PROCESS = '''
 import json, os, subprocess, sys

@@ -100,8 +100,6 @@ def shipped_zips(cluster, app_id: str) -> list[Path]:
     return sorted(cluster.workdir.glob(f"worker-*/{app_id}/*/streamstate-*.zip"))
 
 
-
-
 def tasks_started_on(cluster, worker: int) -> int:
     """Tasks the executors on ``worker`` have started so far (their logs line per task, written at once)."""
     return sum(log.read_text(errors="replace").count("Running task") for log in cluster.workdir.glob(f"worker-{worker}/app-*/*/stderr"))

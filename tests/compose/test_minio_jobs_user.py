@@ -122,7 +122,6 @@ def test_the_jobs_user_is_refused_outside_its_bucket(minio, jobs_store):
     assert minio.s3().list(other) == ["secret-object"], "nothing planted"
 
 
-
 @pytest.mark.parametrize("text", ["", "abc"], ids=["empty", "cut"])
 def test_the_init_refuses_an_empty_or_cut_password_file_by_name(minio, tmp_path, text):
     (tmp_path / "jobs").mkdir()

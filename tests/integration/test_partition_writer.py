@@ -180,6 +180,7 @@ def test_a_task_without_the_batch_id_property_writes_nothing():
     with pytest.raises(OutputNotDelivered, match="no local property streamstate.output.batchId"):
         _task_batch_id()
 
+
 def test_a_task_that_fails_mid_transaction_leaves_nothing_a_read_committed_consumer_sees(spark, settings, bootstrap, new_topic):
     alerts, states = new_topic(partitions=1), new_topic(partitions=1)
     plan = plan_for(alerts, states)

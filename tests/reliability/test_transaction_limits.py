@@ -149,7 +149,6 @@ def test_a_transaction_fenced_by_a_newer_producer_of_its_id_fails_as_fenced(shor
     assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
 
 
-
 def test_a_task_woken_past_its_timeout_after_a_newer_producer_committed_its_batch_fails_as_fenced(short):
     """A stuck old driver's task: its transaction outlived the timeout, and a second copy of the
     job committed the same batch meanwhile. The error codes are those of a timeout too; that
@@ -166,6 +165,7 @@ def test_a_task_woken_past_its_timeout_after_a_newer_producer_committed_its_batc
     failure = _finish_failing(stuck)
     assert "[OUTPUT_FENCED]" in str(failure), repr(failure)
     assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
+
 
 # --------------------------------------------------------------------------- a job over a backlog
 BACKLOG_EVENTS = 40_000

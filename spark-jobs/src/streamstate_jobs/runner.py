@@ -153,6 +153,7 @@ def start_query(
     transactional_query = None
     if exactly_once(settings):
         check_markers_kept(spark, checkpoint, settings)
+
         def transactional_query() -> str:
             return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
     writer = (

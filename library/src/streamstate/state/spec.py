@@ -71,7 +71,6 @@ def duration_ms(duration: Duration, what: str = "timeout") -> int:
 DEFAULT_OUTPUT_LIMIT_BYTES = 1_000_000
 
 
-
 # (key, value | None, state) -> output | None | list of outputs
 RecordFunction = Callable[[Any, Any, Any], Any]
 # (key, values, state) -> iterable of outputs

@@ -343,7 +343,6 @@ def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, tran
     return summary
 
 
-
 # The driver's local property that hands the tasks of a batch's write its batch id.
 BATCH_ID_PROPERTY = "streamstate.output.batchId"
 WRITTEN_COLUMNS = ("kind", "key", "payload")
