@@ -1,7 +1,15 @@
-"""The benchmark's results as JSON and as the Markdown table the README shows."""
+"""The benchmark's results as JSON and as the Markdown table the README shows.
+
+    .venv/bin/python -m bench.report --merge /tmp/api.json
+
+merges a partial run written elsewhere (``python -m bench --only api --out /tmp/api.json``)
+into bench/results.json as if it had been written there: its figures replace the same figures,
+the others are kept, and the README's table follows.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import datetime
 from pathlib import Path
@@ -10,6 +18,7 @@ from typing import Any
 from bench.phases import phases_line
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+RESULTS = Path(__file__).resolve().parent / "results.json"
 README_START, README_END = "<!-- bench-results:start -->", "<!-- bench-results:end -->"
 
 
@@ -18,6 +27,12 @@ def write_results(doc: dict[str, Any], json_path: Path) -> None:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     json_path.with_suffix(".md").write_text(markdown(doc) + "\n")
+
+
+def merged(partial: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:
+    """``partial``'s run (its date, machine, setup, notes, figures) with the figures of ``kept``
+    it did not measure: what a partial run writes when it writes into ``kept``'s file."""
+    return {**partial, "figures": {**kept.get("figures", {}), **partial["figures"]}}
 
 
 def update_readme(table: str, readme: Path = README) -> bool:
@@ -400,3 +415,27 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _rows(doc["figures"])]
     lines += ["", "Notes:", *(f"- {note}" for note in doc.get("notes", []))]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--merge", type=Path, required=True, help="results JSON of a partial run written with --out")
+    parser.add_argument("--into", type=Path, default=RESULTS, help="the results it joins (default: bench/results.json, and then the README)")
+    args = parser.parse_args(argv)
+    try:
+        partial = json.loads(args.merge.read_text())
+        kept = json.loads(args.into.read_text()) if args.into.exists() else {}
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot read the results: {exc}")
+    if not isinstance(partial, dict) or not isinstance(partial.get("figures"), dict):
+        parser.error(f"{args.merge} holds no figures: not a results file of python -m bench")
+    doc = merged(partial, kept)
+    write_results(doc, args.into)
+    print(f"{', '.join(sorted(partial['figures']))} from {args.merge} written into {args.into} and {args.into.with_suffix('.md')}")
+    if args.into.resolve() == RESULTS and update_readme(markdown(doc)):
+        print("README.md: Benchmarks table updated")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,6 +3,8 @@ JAVA_TOOL_OPTIONS (C1 only, as `make run` starts the jobs) gives other figures t
 
 from __future__ import annotations
 
+import pytest
+
 from bench.__main__ import java_version
 from bench.report import java_description
 
@@ -57,3 +59,29 @@ def test_the_checkpoint_stores_ratio_is_given_only_for_figures_of_one_run():
     # One recorded run and one from before the field: not the same run, however close in time.
     assert _production_rows(_throughput(50_000, measured_at="2026-12-04T10:20:00+00:00"),
                             _throughput(60_000, measured_at="2026-12-04T10:40:00+00:00", **one))[RATIO][1] == "no ratio"
+
+
+def test_a_partial_run_written_elsewhere_merges_as_if_written_into_the_results(tmp_path, capsys):
+    import json
+
+    from bench.report import RESULTS, main
+
+    results = json.loads(RESULTS.read_text())
+    into = tmp_path / "results.json"
+    into.write_text(json.dumps(results))
+    partial = {**results, "date": "2030-01-01T00:00:00+00:00", "figures": {"api": {**results["figures"]["api"], "measured_at": "2030-01-01T00:05:00+00:00"}}}
+    source = tmp_path / "api.json"
+    source.write_text(json.dumps(partial))
+
+    assert main(["--merge", str(source), "--into", str(into)]) == 0
+    doc = json.loads(into.read_text())
+    assert doc["date"] == "2030-01-01T00:00:00+00:00", "the partial run's own date, machine and setup"
+    assert doc["figures"]["api"]["measured_at"] == "2030-01-01T00:05:00+00:00"
+    assert {k: v for k, v in doc["figures"].items() if k != "api"} == {k: v for k, v in results["figures"].items() if k != "api"}
+    assert "2030-01-01T00:05:00+00:00" in into.with_suffix(".md").read_text()
+    assert "README.md" not in capsys.readouterr().out, "only bench/results.json updates the README"
+
+    source.write_text(json.dumps({"date": "x"}))
+    with pytest.raises(SystemExit):
+        main(["--merge", str(source), "--into", str(into)])
+    assert "holds no figures" in capsys.readouterr().err
