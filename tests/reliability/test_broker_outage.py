@@ -84,3 +84,30 @@ def test_jobs_and_api_report_a_broker_outage(outage_stack):
     else:
         assert job.popen.returncode != 0
     print(f"\nbroker outage: API said {report['reason']!r}; the job said {message.split(' ', 3)[-1]!r}")
+
+
+def test_a_job_started_while_its_broker_is_down_waits_and_then_writes_in_transactions(outage_stack):
+    """A job whose process started during an outage took the unanswered transaction probe for
+    "this broker cannot run transactions" and wrote at least once for its whole life (its first
+    query start also died on a timeout with a traceback). It now reports the outage, retries, and
+    once the broker answers writes in transactions."""
+    stack, settings = outage_stack, outage_stack.settings
+    produce_scenario(settings.bootstrap_servers, build_scenario(seed=3, events=50, metrics=200), settings)
+    stack.processes["broker"].stop()
+    job = stack.start_job("anomalies")
+    wait_until(lambda: "unreachable" in job.tail(200) or not job.alive(), 120, f"the job to report the outage:\n{job.tail(40)}")
+    assert job.alive(), f"the job exited during the outage:\n{job.tail(40)}"
+    assert stack.start_broker() == settings.bootstrap_servers, "the broker must come back on its address"
+    job_metrics = f"http://127.0.0.1:{settings.anomalies_metrics_port}/metrics"
+
+    def job_up() -> bool:
+        assert job.alive(), f"the job exited:\n{job.tail(60)}"
+        response = _get(job_metrics)
+        return response is not None and _sample(response.text, "streamstate_job_up") == 1
+
+    wait_until(job_up, 180, f"the job's query to run once the broker answers:\n{job.tail(40)}")
+    log = job.log_path.read_text(errors="replace")
+    assert "written at least once" not in log, "the outage was taken for a broker without transactions"
+    assert "Traceback" not in log, job.tail(80)
+    outage = next(line for line in log.splitlines() if "unreachable" in line)
+    assert settings.bootstrap_servers in outage and "restarting from the checkpoint in" in outage, outage

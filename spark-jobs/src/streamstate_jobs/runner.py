@@ -43,7 +43,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate_pipeline.cli_common import add_common_options, setting_error, settings_from_args
-from streamstate_pipeline.errors import CheckpointError
+from streamstate_pipeline.errors import CheckpointError, UnavailableError
 from streamstate_jobs.checkpoints import (
     BatchMarkersMayHaveExpired,
     CheckpointFiles,
@@ -68,7 +68,8 @@ from streamstate_jobs.kafka.partition_writer import (
 from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate_jobs.lost_input import error_conditions, is_source_reset
-from streamstate_jobs.outage import BrokerWatch, failure_message
+from streamstate_jobs.outage import PROBE_TIMEOUT_S, BrokerWatch, failure_message
+from streamstate_pipeline.kafka_clients import broker_problem
 from streamstate_jobs.state_snapshots import StoppedQuery, snapshot_stopped
 from streamstate_pipeline.settings import Settings
 
@@ -269,10 +270,19 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
     """Run the job's queries until stopped, drained (availableNow), failed or their JVM holds too
     many sockets."""
     checkpoints = _checkpoints(spec, checkpoint)
-    queries = [
-        start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics)
-        for query, query_checkpoint in zip(spec.queries, checkpoints)
-    ]
+    # Starting a query asks the broker (topic ids, timestamp limits, transactions): a broker that
+    # does not answer is an outage to wait out, not a traceback or a transactions verdict.
+    down = broker_problem(settings.kafka, PROBE_TIMEOUT_S)
+    if down is not None:
+        raise UnavailableError(f"Kafka broker at {settings.bootstrap_servers} unreachable ({down})")
+    queries: list[StreamingQuery] = []
+    try:
+        for query, query_checkpoint in zip(spec.queries, checkpoints):
+            queries.append(start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics))
+    except BaseException:
+        for started in queries:  # a retry starts them again on the same checkpoints
+            started.stop()
+        raise
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     watch = BrokerWatch(settings.kafka, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
     new_jvm = False
@@ -395,7 +405,10 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         budget, fence_budget = RestartBudget(settings.job_max_restarts), RestartBudget(max_restarts=1)
         while True:
             before = _last_commits(spark, spec, checkpoint)
-            run = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
+            try:
+                run = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
+            except UnavailableError as exc:  # the broker did not answer as the queries started
+                run = QueriesRun(failures=[(spec.name, exc)], new_jvm=False, completed=[-1] * len(spec.queries))
             failures = run.failures
             if run.new_jvm and not failures and not stop_requested.is_set() and sockets is not None:
                 log.warning(

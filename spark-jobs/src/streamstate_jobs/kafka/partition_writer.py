@@ -55,9 +55,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from streamstate_pipeline.errors import JobError, coded, conditions_in
+from streamstate_pipeline.errors import JobError, UnavailableError, coded, conditions_in
 from streamstate_jobs.declaration import count_key
-from streamstate_pipeline.kafka_clients import COORDINATOR_NOT_READY, ClientConfig, producer_config
+from streamstate_pipeline.kafka_clients import COORDINATOR_NOT_READY, ClientConfig, broker_problem, producer_config
 from streamstate_jobs.kinds import Kind
 from streamstate.state.packing import python_values
 
@@ -832,6 +832,11 @@ def transactions_problem(settings: Settings) -> str | None:
             probe.init_transactions(PROBE_TIMEOUT_S)
             _probed[identity] = None
         except KafkaException as exc:
+            # A broker that does not answer at all tells nothing about transactions: taken as
+            # "cannot", a job started during an outage wrote at least once for its whole life.
+            down = broker_problem(settings.kafka)
+            if down is not None:
+                raise UnavailableError(f"Kafka broker at {settings.bootstrap_servers} unreachable ({down})") from None
             _probed[identity] = exc.args[0].str()
     return _probed[identity]
 

@@ -65,8 +65,8 @@ def exposed_topics(broker: KafkaConnection, topics: Iterable[str], now_ms: int) 
     for resource, future in client.describe_configs(resources, request_timeout=TIMEOUT_S).items():
         try:
             entries = future.result(TIMEOUT_S)
-        except KafkaException:
-            continue  # a missing topic: the source reports it
+        except (KafkaException, TimeoutError):
+            continue  # a missing topic or a broker not answering: the source reports either
         reason = exposed_reason({name: entry.value for name, entry in entries.items() if entry.value is not None}, now_ms)
         if reason is not None:
             exposed[resource.name] = reason
