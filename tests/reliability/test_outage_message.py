@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streamstate_jobs.outage import failure_message
 from streamstate_pipeline.kafka_clients import KafkaConnection, broker_problem
 from streamstate_stack.launcher import free_port
@@ -19,3 +21,17 @@ def test_a_dead_broker_is_named_with_what_to_do():
     assert message.startswith(f"Kafka broker at {dead} unreachable (")
     assert "retrying in 5s" in message and "resumes from its checkpoint /ck/q" in message
     assert "\n" not in message and "traceback" not in message
+
+
+def test_a_dead_broker_is_never_read_as_kafkas_default_markers_retention(bootstrap):
+    """The markers' check assumes Kafka's 7 days only where the brokers answer and refuse to
+    describe their settings; a broker that does not answer is an outage (its retention may be a
+    minute, and a batch replayed past it would be written twice)."""
+    from streamstate_jobs.checkpoints import offsets_retention_ms
+    from streamstate_pipeline.errors import UnavailableError
+    from streamstate_pipeline.settings import Settings
+
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(UnavailableError, match=f"Kafka broker at {dead} unreachable"):
+        offsets_retention_ms(Settings(bootstrap_servers=dead))
+    assert offsets_retention_ms(Settings(bootstrap_servers=bootstrap)) > 0  # a live broker answers

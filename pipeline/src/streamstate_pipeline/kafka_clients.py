@@ -38,6 +38,8 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
+from streamstate_pipeline.errors import UnavailableError
+
 log = logging.getLogger("streamstate.kafka")
 
 TopicPartitionKey = tuple[str, int]
@@ -268,6 +270,14 @@ def broker_problem(connection: KafkaConnection, timeout_s: float = 5.0) -> str |
     except KafkaException as exc:
         return reason(exc)
     return None
+
+
+def require_broker(connection: KafkaConnection, timeout_s: float = 5.0) -> None:
+    """Raise :class:`UnavailableError` when the broker does not answer (:func:`broker_problem`):
+    for a caller whose failed request says nothing else while the broker is down."""
+    problem = broker_problem(connection, timeout_s)
+    if problem is not None:
+        raise UnavailableError(f"Kafka broker at {connection.bootstrap_servers} unreachable ({problem})")
 
 
 def wait_for_broker(connection: KafkaConnection, timeout_s: float = 30.0) -> None:

@@ -34,7 +34,7 @@ from streamstate_jobs.checkpoint_metadata import (
 from streamstate_jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
 from confluent_kafka import KafkaException
 
-from streamstate_pipeline.kafka_clients import KafkaConnection, admin, broker_settings, reason
+from streamstate_pipeline.kafka_clients import KafkaConnection, admin, broker_settings, reason, require_broker
 from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS, Settings
 from streamstate.state.placement import balanced_labels
 
@@ -233,9 +233,12 @@ def offsets_retention_ms(settings: Settings) -> int:
     of theirs), where the output transactions keep their committed-batch markers."""
     try:
         minutes = [int(value) for value in broker_settings(settings.kafka, "offsets.retention.minutes")]
-    except KafkaException as exc:
+    except (KafkaException, TimeoutError) as exc:
+        # Kafka's default only where the brokers answer and refuse (an ACL): a broker that does
+        # not answer is an outage, and its setting may be far shorter than the default.
+        require_broker(settings.kafka)
         log.warning("the brokers' offsets.retention.minutes cannot be read (%s): assuming Kafka's default, 7 days",
-                    reason(exc))
+                    reason(exc) if isinstance(exc, KafkaException) else "timed out")
         minutes = []
     return min(minutes or [DEFAULT_OFFSETS_RETENTION_MINUTES]) * 60_000
 

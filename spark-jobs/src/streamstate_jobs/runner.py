@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -69,7 +70,7 @@ from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate_jobs.lost_input import error_conditions, is_source_reset
 from streamstate_jobs.outage import PROBE_TIMEOUT_S, BrokerWatch, failure_message
-from streamstate_pipeline.kafka_clients import broker_problem
+from streamstate_pipeline.kafka_clients import require_broker
 from streamstate_jobs.state_snapshots import StoppedQuery, snapshot_stopped
 from streamstate_pipeline.settings import Settings
 
@@ -272,16 +273,16 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
     checkpoints = _checkpoints(spec, checkpoint)
     # Starting a query asks the broker (topic ids, timestamp limits, transactions): a broker that
     # does not answer is an outage to wait out, not a traceback or a transactions verdict.
-    down = broker_problem(settings.kafka, PROBE_TIMEOUT_S)
-    if down is not None:
-        raise UnavailableError(f"Kafka broker at {settings.bootstrap_servers} unreachable ({down})")
+    require_broker(settings.kafka, PROBE_TIMEOUT_S)
     queries: list[StreamingQuery] = []
     try:
         for query, query_checkpoint in zip(spec.queries, checkpoints):
             queries.append(start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics))
-    except BaseException:
+    except BaseException as exc:
         for started in queries:  # a retry starts them again on the same checkpoints
             started.stop()
+        if isinstance(exc, (KafkaException, TimeoutError)):
+            require_broker(settings.kafka, PROBE_TIMEOUT_S)  # the broker went down as the queries started
         raise
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     watch = BrokerWatch(settings.kafka, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None

@@ -55,9 +55,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from streamstate_pipeline.errors import JobError, UnavailableError, coded, conditions_in
+from streamstate_pipeline.errors import JobError, coded, conditions_in
 from streamstate_jobs.declaration import count_key
-from streamstate_pipeline.kafka_clients import COORDINATOR_NOT_READY, ClientConfig, broker_problem, producer_config
+from streamstate_pipeline.kafka_clients import COORDINATOR_NOT_READY, ClientConfig, producer_config, require_broker
 from streamstate_jobs.kinds import Kind
 from streamstate.state.packing import python_values
 
@@ -834,9 +834,7 @@ def transactions_problem(settings: Settings) -> str | None:
         except KafkaException as exc:
             # A broker that does not answer at all tells nothing about transactions: taken as
             # "cannot", a job started during an outage wrote at least once for its whole life.
-            down = broker_problem(settings.kafka)
-            if down is not None:
-                raise UnavailableError(f"Kafka broker at {settings.bootstrap_servers} unreachable ({down})") from None
+            require_broker(settings.kafka)
             _probed[identity] = exc.args[0].str()
     return _probed[identity]
 
