@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamstate_jobs.outage import failure_message
-from streamstate_pipeline.kafka_clients import KafkaConnection, broker_problem
+from streamstate_pipeline.kafka_clients import BrokerUnreachable, KafkaConnection, broker_problem
 from streamstate_stack.launcher import free_port
 
 
@@ -13,6 +13,9 @@ def test_a_live_broker_is_not_blamed(bootstrap):
     assert broker_problem(KafkaConnection(bootstrap)) is None
     message = failure_message("q", ValueError("bad\n  thing"), KafkaConnection(bootstrap), "/ck", "the job exits")
     assert message == "query q failed: bad thing; the job exits"
+    # An error that found the broker down keeps its finding: the broker is not asked twice.
+    found = failure_message("q", BrokerUnreachable(bootstrap, "it did not answer"), KafkaConnection(bootstrap), "/ck", "retrying")
+    assert found.startswith(f"Kafka broker at {bootstrap} unreachable (it did not answer): query q stopped; retrying"), found
 
 
 def test_a_dead_broker_is_named_with_what_to_do():

@@ -272,12 +272,20 @@ def broker_problem(connection: KafkaConnection, timeout_s: float = 5.0) -> str |
     return None
 
 
+class BrokerUnreachable(UnavailableError):
+    """The Kafka broker did not answer a metadata request (:func:`require_broker`)."""
+
+    def __init__(self, bootstrap_servers: str, problem: str):
+        super().__init__(f"Kafka broker at {bootstrap_servers} unreachable ({problem})")
+        self.problem = problem
+
+
 def require_broker(connection: KafkaConnection, timeout_s: float = 5.0) -> None:
-    """Raise :class:`UnavailableError` when the broker does not answer (:func:`broker_problem`):
+    """Raise :class:`BrokerUnreachable` when the broker does not answer (:func:`broker_problem`):
     for a caller whose failed request says nothing else while the broker is down."""
     problem = broker_problem(connection, timeout_s)
     if problem is not None:
-        raise UnavailableError(f"Kafka broker at {connection.bootstrap_servers} unreachable ({problem})")
+        raise BrokerUnreachable(connection.bootstrap_servers, problem)
 
 
 def wait_for_broker(connection: KafkaConnection, timeout_s: float = 30.0) -> None:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from streamstate_pipeline.kafka_clients import KafkaConnection, broker_problem
+from streamstate_pipeline.kafka_clients import BrokerUnreachable, KafkaConnection, broker_problem
 
 PROBE_TIMEOUT_S = 5.0
 # How often a running job asks its broker: a metadata request every 15 s costs nothing, and an
@@ -26,9 +26,10 @@ def failure_message(query: str, error: object, broker: KafkaConnection, checkpoi
     """One line for a failed query: a broker outage named as such, else the error's first 2000 characters.
 
     ``broker`` is the job's connection (``Settings.kafka``); ``next_step`` says what the job
-    does now, e.g. "restarting from the checkpoint in 5s (restart 1 of 5)".
+    does now, e.g. "restarting from the checkpoint in 5s (restart 1 of 5)". A
+    :class:`BrokerUnreachable` error has asked the broker already, and is not asked again.
     """
-    problem = broker_problem(broker, PROBE_TIMEOUT_S)
+    problem = error.problem if isinstance(error, BrokerUnreachable) else broker_problem(broker, PROBE_TIMEOUT_S)
     if problem is not None:
         return (
             f"Kafka broker at {broker.bootstrap_servers} unreachable ({problem}): query {query} stopped; {next_step}. "

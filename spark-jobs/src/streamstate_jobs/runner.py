@@ -44,7 +44,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamstate_pipeline.cli_common import add_common_options, setting_error, settings_from_args
-from streamstate_pipeline.errors import CheckpointError, UnavailableError
+from streamstate_pipeline.errors import CheckpointError
 from streamstate_jobs.checkpoints import (
     BatchMarkersMayHaveExpired,
     CheckpointFiles,
@@ -70,7 +70,7 @@ from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate_jobs.lost_input import error_conditions, is_source_reset
 from streamstate_jobs.outage import PROBE_TIMEOUT_S, BrokerWatch, failure_message
-from streamstate_pipeline.kafka_clients import require_broker
+from streamstate_pipeline.kafka_clients import BrokerUnreachable, require_broker
 from streamstate_jobs.state_snapshots import StoppedQuery, snapshot_stopped
 from streamstate_pipeline.settings import Settings
 
@@ -408,7 +408,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             before = _last_commits(spark, spec, checkpoint)
             try:
                 run = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
-            except UnavailableError as exc:  # the broker did not answer as the queries started
+            except BrokerUnreachable as exc:  # the broker did not answer as the queries started
                 run = QueriesRun(failures=[(spec.name, exc)], new_jvm=False, completed=[-1] * len(spec.queries))
             failures = run.failures
             if run.new_jvm and not failures and not stop_requested.is_set() and sockets is not None:

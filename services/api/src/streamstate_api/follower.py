@@ -61,6 +61,7 @@ _GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count g
 _PROGRESS_LOG_S = 5.0
 _BETWEEN_READS_WAIT_S = 30.0  # for the serving loop to run a callback: it runs one between requests
 _BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
+_UNANSWERED_CODES = _BROKER_DOWN_CODES | {KafkaError._TIMED_OUT}  # a wait for the broker may ask again
 # A wait for the broker looks this often whether the API is stopping (_unless_stopping): as
 # often as the consuming loop does, and a broker slow to answer gets a request at most this often.
 _STOP_CHECK_S = _POLL_S
@@ -583,7 +584,7 @@ class ViewFollower(threading.Thread):
             try:
                 return ask(min(_STOP_CHECK_S, max(deadline - time.monotonic(), 0.01)))
             except (KafkaException, TimeoutError) as exc:
-                unanswered = isinstance(exc, TimeoutError) or exc.args[0].code() in _BROKER_DOWN_CODES | {KafkaError._TIMED_OUT}
+                unanswered = isinstance(exc, TimeoutError) or exc.args[0].code() in _UNANSWERED_CODES
                 if not unanswered or time.monotonic() >= deadline:
                     raise
 
