@@ -73,3 +73,15 @@ def test_unreadable_topic_file_is_one_error_line_and_exit_2(bootstrap, tmp_path)
     result = streamstate("topics", "create", "--bootstrap-servers", bootstrap, "--topics-file", str(bad))
     assert result.returncode == 2
     assert result.stderr.startswith("error: cannot read topic definitions from") and result.stderr.count("\n") == 1
+
+
+def test_a_create_the_broker_refuses_is_one_error_line_with_its_reason(bootstrap, tmp_path):
+    """A refusal no retry can change (three replicas asked of one broker) ends the command
+    with the broker's reason; pipeline/tests/test_topics.py pins that it is not retried."""
+    path = topic_file(tmp_path, **{f"cli-rf-{uuid.uuid4().hex[:6]}": 1})
+    result = streamstate(
+        "topics", "create", "--bootstrap-servers", bootstrap, "--topics-file", str(path), "--replication-factor", "3",
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "replication factor" in lines[0].lower(), result.stderr
