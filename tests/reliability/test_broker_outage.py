@@ -111,3 +111,4 @@ def test_a_job_started_while_its_broker_is_down_waits_and_then_writes_in_transac
     assert "Traceback" not in log, job.tail(80)
     outage = next(line for line in log.splitlines() if "unreachable" in line)
     assert settings.bootstrap_servers in outage and "restarting from the checkpoint in" in outage, outage
+    assert "query anomalies did not start;" in outage, outage

@@ -13,15 +13,16 @@ def test_a_live_broker_is_not_blamed(bootstrap):
     assert broker_problem(KafkaConnection(bootstrap)) is None
     message = failure_message("q", ValueError("bad\n  thing"), KafkaConnection(bootstrap), "/ck", "the job exits")
     assert message == "query q failed: bad thing; the job exits"
-    # An error that found the broker down keeps its finding: the broker is not asked twice.
+    # An error that found the broker down keeps its finding: the broker is not asked twice. It
+    # is raised as the queries start, so the query did not start (it was not running to stop).
     found = failure_message("q", BrokerUnreachable(bootstrap, "it did not answer"), KafkaConnection(bootstrap), "/ck", "retrying")
-    assert found.startswith(f"Kafka broker at {bootstrap} unreachable (it did not answer): query q stopped; retrying"), found
+    assert found.startswith(f"Kafka broker at {bootstrap} unreachable (it did not answer): query q did not start; retrying"), found
 
 
 def test_a_dead_broker_is_named_with_what_to_do():
     dead = f"127.0.0.1:{free_port()}"
     message = failure_message("q", RuntimeError("a long traceback"), KafkaConnection(dead), "/ck/q", "retrying in 5s")
-    assert message.startswith(f"Kafka broker at {dead} unreachable (")
+    assert message.startswith(f"Kafka broker at {dead} unreachable (") and ": query q stopped; " in message
     assert "retrying in 5s" in message and "resumes from its checkpoint /ck/q" in message
     assert "\n" not in message and "traceback" not in message
 

@@ -27,12 +27,17 @@ def failure_message(query: str, error: object, broker: KafkaConnection, checkpoi
 
     ``broker`` is the job's connection (``Settings.kafka``); ``next_step`` says what the job
     does now, e.g. "restarting from the checkpoint in 5s (restart 1 of 5)". A
-    :class:`BrokerUnreachable` error has asked the broker already, and is not asked again.
+    :class:`BrokerUnreachable` error (the runner's check before and during its queries' start)
+    has asked the broker already, and is not asked again.
     """
-    problem = error.problem if isinstance(error, BrokerUnreachable) else broker_problem(broker, PROBE_TIMEOUT_S)
+    problem: str | None
+    if isinstance(error, BrokerUnreachable):  # the runner's check as its queries start
+        problem, outcome = error.problem, "did not start"
+    else:
+        problem, outcome = broker_problem(broker, PROBE_TIMEOUT_S), "stopped"
     if problem is not None:
         return (
-            f"Kafka broker at {broker.bootstrap_servers} unreachable ({problem}): query {query} stopped; {next_step}. "
+            f"Kafka broker at {broker.bootstrap_servers} unreachable ({problem}): query {query} {outcome}; {next_step}. "
             f"Start the broker or fix --bootstrap-servers: the job resumes from its checkpoint {checkpoint} and loses nothing"
         )
     return f"query {query} failed: {' '.join(str(error).split())[:2000]}; {next_step}"

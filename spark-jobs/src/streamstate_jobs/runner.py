@@ -39,7 +39,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from confluent_kafka import KafkaException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -281,8 +280,11 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
     except BaseException as exc:
         for started in queries:  # a retry starts them again on the same checkpoints
             started.stop()
-        if isinstance(exc, (KafkaException, TimeoutError)):
-            require_broker(settings.kafka, PROBE_TIMEOUT_S)  # the broker went down as the queries started
+        if isinstance(exc, Exception):
+            # A broker lost as the queries started fails in whichever client asked it first
+            # (librdkafka's, Spark's Kafka client through py4j, a timeout): asked directly, it
+            # is the outage it is; an answering broker leaves the error as it was.
+            require_broker(settings.kafka, PROBE_TIMEOUT_S)
         raise
     log.info("query %s started: checkpoint %s, broker %s", spec.name, checkpoint, settings.bootstrap_servers)
     watch = BrokerWatch(settings.kafka, spec.name, checkpoint, metrics.broker_reachable) if settings.source == "kafka" else None
