@@ -53,6 +53,11 @@ class BrokerWatch:
         self._next_probe = time.monotonic() + WATCH_INTERVAL_S
         self._reachable = True
 
+    @property
+    def reachable(self) -> bool:
+        """The last probe's verdict (True before the first)."""
+        return self._reachable
+
     def poll(self) -> None:
         if time.monotonic() < self._next_probe:
             return

@@ -305,11 +305,11 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
             stop_requested.wait(1)
     finally:
         metrics.broker_reachable(True)  # a restarted query is judged afresh
-        if stop_requested.is_set():  # a batch cut short is re-run, cold, first thing at the next start
+        broker_down = watch is not None and not watch.reachable  # no batch in flight can end meanwhile
+        if stop_requested.is_set() and not broker_down:  # a batch cut short is re-run, cold, first thing at the next start
             _between_batches(queries, threading.Event(), STOP_BATCH_WAIT_S)
         for running in queries:
-            if running.isActive:
-                running.stop()
+            _stop_query(running, settings)
         snapshot_stopped(spark, [StoppedQuery(cp, str(q.runId)) for q, cp in zip(queries, checkpoints)])
     return QueriesRun(
         failures=[(q.name, q.exception()) for q in queries if q.exception() is not None],
@@ -320,6 +320,27 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
 
 # At a requested stop, how long the batches in flight may take to finish before they are cut short.
 STOP_BATCH_WAIT_S = 5.0
+# How long a query's stream thread may take to end once stopped (Spark's spark.sql.streaming.stopTimeout,
+# which waits for ever by default): a thread planning a batch against a broker that does not
+# answer sits in Spark's Kafka client, which defers interrupts, until its retries run out
+# (minutes). Within a container's stop grace (10 s in Docker) after the wait above.
+QUERY_STOP_TIMEOUT_S = 3.0
+
+
+def _stop_query(query: StreamingQuery, settings: Settings) -> None:
+    """Stop ``query``; one whose stream thread does not end in time is left to the process's exit
+    (the thread is a daemon), its batch re-run from the checkpoint at the next start."""
+    if not query.isActive:
+        return
+    try:
+        query.stop()
+    except Exception as exc:  # noqa: BLE001 - PySpark raises the JVM's TimeoutException as whichever of its wrappers
+        log.warning(
+            "query %s did not stop within %gs (its stream thread waits in a call that defers interrupts, such as Spark's "
+            "Kafka client on the broker at %s when it does not answer): leaving it to the process's exit; its batch is "
+            "re-run from the checkpoint on restart (%s)",
+            query.name, QUERY_STOP_TIMEOUT_S, settings.bootstrap_servers, " ".join(str(exc).split())[:200],
+        )
 
 
 def _between_batches(queries: list[StreamingQuery], stop_requested: threading.Event, limit_s: float = 30.0) -> None:
@@ -385,7 +406,8 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
 
     def start_spark() -> tuple[SparkSession, SocketWatch | None]:
         """A session with the job's metrics listener, and the watch over its JVM's sockets."""
-        session = build_spark(settings, app_name=f"streamstate-{spec.name}")
+        session = build_spark(settings, app_name=f"streamstate-{spec.name}",
+                              spark__sql__streaming__stopTimeout=str(int(QUERY_STOP_TIMEOUT_S * 1000)))
         metrics.attach(session)
         return session, SocketWatch.of(session, settings.job_jvm_socket_budget)
 
