@@ -19,7 +19,11 @@ import json, os, signal, sys, time
 mode, code = sys.argv[1], int(sys.argv[2])
 if mode == "wait":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
-    open(os.environ["PROBE_PID_FILE"], "w").write(str(os.getpid()))
+    # Whole or not at all: the stand-in JVM signals once the file exists, and a SIGKILL of the
+    # launcher then ends this child, which could leave an empty file behind.
+    with open(os.environ["PROBE_PID_FILE"] + ".part", "w") as part:
+        part.write(str(os.getpid()))
+    os.replace(os.environ["PROBE_PID_FILE"] + ".part", os.environ["PROBE_PID_FILE"])
     time.sleep(60)
 print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "env": os.environ.get("PROBE_VALUE"),
                   "argv": sys.argv[1:], "stdin": sys.stdin.read()}), flush=True)
