@@ -177,6 +177,41 @@ def test_sigterm_flushes_and_summarises(bootstrap, new_topic):
     assert len(read_at_least(bootstrap, topic, sent)) == sent
 
 
+def test_sigterm_while_the_broker_is_down_ends_within_a_containers_stop_grace_and_counts_the_undelivered(tmp_path):
+    """A stop asked while the broker does not answer: the flush waited the message timeout
+    (35 s), so `docker compose stop`'s SIGKILL after 10 s ended it with no summary. It now
+    waits a few seconds, then exits 1 naming the records the broker never acknowledged."""
+    from streamstate_pipeline.settings import Settings
+    from streamstate_stack.launcher import EmbeddedStack
+
+    stack = EmbeddedStack(settings=Settings(), workdir=tmp_path, quiet=True)
+    bootstrap = stack.start_broker()
+    process = None
+    try:
+        topic = "stop-while-down"
+        from streamstate_pipeline.topics import TopicSpec, create_topics
+
+        create_topics(KafkaConnection(bootstrap), [TopicSpec(topic, 1)])
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamstate_producers", "events", "--rate", "300", "--topic", topic,
+             "--bootstrap", bootstrap, "--no-progress"],
+            stderr=subprocess.PIPE, text=True,
+        )
+        assert len(read_at_least(bootstrap, topic, 50, timeout_s=30)) >= 50, "the producer never got going"
+        stack.processes["broker"].stop()
+        time.sleep(1)  # records pile up unacknowledged
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=10)  # Docker's stop grace
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+        stack.stop()
+    assert process.returncode == 1, stderr
+    summary = stderr.strip().splitlines()[-1]
+    assert "stopped early" in summary and "not acknowledged by the broker within" in summary, summary
+    assert int(re.search(r"([\d,]+) failed", summary).group(1).replace(",", "")) > 0, summary
+
+
 def test_demo_mode_sends_events_and_metrics_to_the_configured_topics(bootstrap, new_topic):
     events_topic, metrics_topic = new_topic(2), new_topic(2)
     result = cli(

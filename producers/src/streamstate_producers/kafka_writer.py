@@ -30,6 +30,9 @@ log = logging.getLogger("streamstate_producers.kafka")
 log.addHandler(logging.NullHandler())
 
 MESSAGE_TIMEOUT_MS = 30_000
+# How long a stop (SIGTERM, Ctrl-C) waits for deliveries in flight: inside Docker's 10 s stop
+# grace, so that a producer stopped while its broker does not answer still prints its summary.
+STOP_FLUSH_S = 5.0
 
 
 class ProducerSetupError(ProducerError):
@@ -162,9 +165,14 @@ def produce_records(
         _flush(producer, bar, deliveries, started)  # what was handed over still reaches the broker
         bar.close()
         raise
-    undelivered = _flush(producer, bar, deliveries, started)
-    if undelivered:
-        deliveries.fail("no delivery report before the flush timeout", undelivered)
+    if interrupted:  # asked to stop: within a container's stop grace, not the whole message timeout
+        undelivered = _flush(producer, bar, deliveries, started, STOP_FLUSH_S)
+        if undelivered:
+            deliveries.fail(f"not acknowledged by the broker within {STOP_FLUSH_S:g}s of the stop", undelivered)
+    else:
+        undelivered = _flush(producer, bar, deliveries, started)
+        if undelivered:
+            deliveries.fail("no delivery report before the flush timeout", undelivered)
     elapsed = time.monotonic() - started
     bar.update(deliveries.sent, deliveries.failed, 0, elapsed, force=True)
     bar.close()
@@ -231,9 +239,11 @@ def _send(producer: Producer, record: ProducedRecord, deliveries: _Deliveries) -
             return
 
 
-def _flush(producer: Producer, bar: ProgressLine, deliveries: _Deliveries, started: float) -> int:
-    """Wait for outstanding deliveries (at most the message timeout); returns those still undelivered."""
-    deadline = time.monotonic() + MESSAGE_TIMEOUT_MS / 1000 + 5
+def _flush(producer: Producer, bar: ProgressLine, deliveries: _Deliveries, started: float,
+           limit_s: float = MESSAGE_TIMEOUT_MS / 1000 + 5) -> int:
+    """Wait for outstanding deliveries (at most ``limit_s``, by default the message timeout);
+    returns those still undelivered."""
+    deadline = time.monotonic() + limit_s
     while len(producer) and time.monotonic() < deadline:
         producer.flush(0.25)
         bar.update(deliveries.sent, deliveries.failed, len(producer), time.monotonic() - started)
