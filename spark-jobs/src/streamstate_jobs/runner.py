@@ -279,7 +279,7 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
             queries.append(start_query(spark, settings, spec, query_checkpoint, query, available_now, metrics))
     except BaseException as exc:
         for started in queries:  # a retry starts them again on the same checkpoints
-            started.stop()
+            _stop_query(started, settings)
         if isinstance(exc, Exception):
             # A broker lost as the queries started fails in whichever client asked it first
             # (librdkafka's, Spark's Kafka client through py4j, a timeout): asked directly, it
