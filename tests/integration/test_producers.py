@@ -19,8 +19,9 @@ from streamstate_producers.generators import MetricGenerator, ProducedRecord, Us
 from streamstate_pipeline.kafka_clients import KafkaConnection, reader_config
 from streamstate_producers.kafka_writer import produce_records
 from streamstate_producers.scenario import read_scenario
-from streamstate_stack.launcher import free_port
-from streamstate_pipeline.topics import existing_topics
+from streamstate_pipeline.settings import Settings
+from streamstate_stack.launcher import EmbeddedStack, free_port
+from streamstate_pipeline.topics import TopicSpec, create_topics, existing_topics
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -181,16 +182,11 @@ def test_sigterm_while_the_broker_is_down_ends_within_a_containers_stop_grace_an
     """A stop asked while the broker does not answer: the flush waited the message timeout
     (35 s), so `docker compose stop`'s SIGKILL after 10 s ended it with no summary. It now
     waits a few seconds, then exits 1 naming the records the broker never acknowledged."""
-    from streamstate_pipeline.settings import Settings
-    from streamstate_stack.launcher import EmbeddedStack
-
     stack = EmbeddedStack(settings=Settings(), workdir=tmp_path, quiet=True)
     bootstrap = stack.start_broker()
     process = None
     try:
         topic = "stop-while-down"
-        from streamstate_pipeline.topics import TopicSpec, create_topics
-
         create_topics(KafkaConnection(bootstrap), [TopicSpec(topic, 1)])
         process = subprocess.Popen(
             [sys.executable, "-m", "streamstate_producers", "events", "--rate", "300", "--topic", topic,

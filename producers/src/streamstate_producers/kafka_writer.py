@@ -30,6 +30,8 @@ log = logging.getLogger("streamstate_producers.kafka")
 log.addHandler(logging.NullHandler())
 
 MESSAGE_TIMEOUT_MS = 30_000
+# A flush waits for every delivery report: librdkafka gives each record's by the message timeout.
+FLUSH_LIMIT_S = MESSAGE_TIMEOUT_MS / 1000 + 5
 # How long a stop (SIGTERM, Ctrl-C) waits for deliveries in flight: inside Docker's 10 s stop
 # grace, so that a producer stopped while its broker does not answer still prints its summary.
 STOP_FLUSH_S = 5.0
@@ -166,13 +168,12 @@ def produce_records(
         bar.close()
         raise
     if interrupted:  # asked to stop: within a container's stop grace, not the whole message timeout
-        undelivered = _flush(producer, bar, deliveries, started, STOP_FLUSH_S)
-        if undelivered:
-            deliveries.fail(f"not acknowledged by the broker within {STOP_FLUSH_S:g}s of the stop", undelivered)
+        limit_s, reason = STOP_FLUSH_S, f"not acknowledged by the broker within {STOP_FLUSH_S:g}s of the stop"
     else:
-        undelivered = _flush(producer, bar, deliveries, started)
-        if undelivered:
-            deliveries.fail("no delivery report before the flush timeout", undelivered)
+        limit_s, reason = FLUSH_LIMIT_S, "no delivery report before the flush timeout"
+    undelivered = _flush(producer, bar, deliveries, started, limit_s)
+    if undelivered:
+        deliveries.fail(reason, undelivered)
     elapsed = time.monotonic() - started
     bar.update(deliveries.sent, deliveries.failed, 0, elapsed, force=True)
     bar.close()
@@ -240,9 +241,8 @@ def _send(producer: Producer, record: ProducedRecord, deliveries: _Deliveries) -
 
 
 def _flush(producer: Producer, bar: ProgressLine, deliveries: _Deliveries, started: float,
-           limit_s: float = MESSAGE_TIMEOUT_MS / 1000 + 5) -> int:
-    """Wait for outstanding deliveries (at most ``limit_s``, by default the message timeout);
-    returns those still undelivered."""
+           limit_s: float = FLUSH_LIMIT_S) -> int:
+    """Wait for outstanding deliveries (at most ``limit_s``); returns those still undelivered."""
     deadline = time.monotonic() + limit_s
     while len(producer) and time.monotonic() < deadline:
         producer.flush(0.25)
