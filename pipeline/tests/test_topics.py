@@ -9,7 +9,9 @@ from confluent_kafka import KafkaError
 from streamstate_pipeline.topics import worth_retrying
 
 
-@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.NOT_CONTROLLER])
+@pytest.mark.parametrize(
+    "code", [KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._TIMED_OUT, KafkaError.NOT_CONTROLLER],
+)
 def test_a_dropped_connection_or_a_moving_controller_is_tried_again(code):
     assert worth_retrying(KafkaError(code))
 

@@ -304,6 +304,9 @@ def wait_for_broker(connection: KafkaConnection, timeout_s: float = 30.0) -> Non
         time.sleep(0.1)
 
 
+# librdkafka's local errors of a broker that did not answer (down, unreachable, unresolvable,
+# or slower than the request's timeout): a wait for the broker may ask again.
+UNANSWERED = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._TIMED_OUT})
 # A coordinator's answers while its topic is made, loaded or moved: asked again.
 COORDINATOR_NOT_READY = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
 WARM_UP_ID = "streamstate.warm-up"

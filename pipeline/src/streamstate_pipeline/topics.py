@@ -14,7 +14,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streamstate_pipeline.kafka_clients import KafkaConnection, admin
+from streamstate_pipeline.kafka_clients import UNANSWERED, KafkaConnection, admin
 from streamstate_pipeline.settings import Settings
 
 
@@ -94,12 +94,9 @@ def _create_once(client: AdminClient, specs: list[TopicSpec], replication_factor
     return retry
 
 
-# Local errors of a connection or a request librdkafka gave up on, and the broker's answers
-# while a new cluster moves its controller.
-_RETRIED = frozenset({
-    KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
-    KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT,
-})
+# A broker that did not answer, a broker handle librdkafka dropped with the request on it, and
+# the broker's answers while a new cluster moves its controller.
+_RETRIED = UNANSWERED | {KafkaError._DESTROY_BROKER, KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT}
 
 
 def worth_retrying(error: object) -> bool:

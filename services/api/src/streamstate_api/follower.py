@@ -48,7 +48,7 @@ from streamstate_api.store import StoreDamaged, view_identity
 from streamstate_api.view import Consumed, StateView
 from streamstate_pipeline.contracts import ContractError
 from streamstate_pipeline.errors import ApiError
-from streamstate_pipeline.kafka_clients import admin, end_offsets, reader_config, reason
+from streamstate_pipeline.kafka_clients import UNANSWERED, admin, end_offsets, reader_config, reason
 from streamstate_pipeline.settings import Settings
 
 log = logging.getLogger("streamstate_api.follower")
@@ -60,8 +60,7 @@ _LAG_REFRESH_S = 5.0
 _GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count grows meanwhile
 _PROGRESS_LOG_S = 5.0
 _BETWEEN_READS_WAIT_S = 30.0  # for the serving loop to run a callback: it runs one between requests
-_BROKER_DOWN_CODES = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
-_UNANSWERED_CODES = _BROKER_DOWN_CODES | {KafkaError._TIMED_OUT}  # a wait for the broker may ask again
+_BROKER_DOWN_CODES = UNANSWERED - {KafkaError._TIMED_OUT}  # the consumer's error callback: one slow answer is no outage
 # A wait for the broker looks this often whether the API is stopping (_unless_stopping): as
 # often as the consuming loop does, and a broker slow to answer gets a request at most this often.
 _STOP_CHECK_S = _POLL_S
@@ -584,7 +583,7 @@ class ViewFollower(threading.Thread):
             try:
                 return ask(min(_STOP_CHECK_S, max(deadline - time.monotonic(), 0.01)))
             except (KafkaException, TimeoutError) as exc:
-                unanswered = isinstance(exc, TimeoutError) or exc.args[0].code() in _UNANSWERED_CODES
+                unanswered = isinstance(exc, TimeoutError) or exc.args[0].code() in UNANSWERED
                 if not unanswered or time.monotonic() >= deadline:
                     raise
 
