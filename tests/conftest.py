@@ -248,7 +248,8 @@ def heavy_beside_no_stack(tmp_path_factory):
 
 def pytest_collection_modifyitems(config, items):
     """The compose stack first and the crash tests last. pytest-xdist's work stealing hands out
-    the collection in halves and steals from the end of a session's queue: the stack runs at
-    the start of the first session while the second runs light tests, and the crash tests come
-    at the end of the second's queue (or a stealer's), normally after the stack is down."""
+    the collection in equal parts, one a session, and steals from the end of a session's queue:
+    the stack runs at the start of the first session while the others run lighter tests, and the
+    crash tests come at the end of the last one's queue (or a stealer's), normally after the
+    stack is down."""
     items.sort(key=lambda item: 0 if "heavy_stack_alone" in item.fixturenames else 2 if "heavy_beside_no_stack" in item.fixturenames else 1)
