@@ -13,9 +13,9 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(addsuffix /pyproject.t
 # (the local disk) or production (s3a:// in MinIO, as compose): `make run PROFILE=production`.
 PROFILE ?= embedded
 # Test sessions side by side (pytest-xdist), each with its own broker and SparkSession. Three
-# on 2 cores: with two, the cores sat a quarter idle (vmstat), one session in pure-Python tests
+# on 2 cores: with two, the cores were 77 % busy (vmstat), one session in pure-Python tests
 # while the other waited on a broker, a timeout or a job's restart; a third fills those gaps
-# (idle 12 %, 18.5 min of pytest against 19.9, docs/profile.md).
+# (93 % busy, 17.6-18.5 min of pytest against 19.6-19.9, docs/profile.md).
 TEST_WORKERS ?= 3
 # The suite's JVMs (the job processes' Spark drivers, the Kafka brokers) live minutes and the
 # suite is bound by 2 cores: compiling with C1 only and collecting serially spends less CPU
