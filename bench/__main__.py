@@ -108,7 +108,9 @@ NOTES = [
     "wall time is split by each step's share of its summed task time, so a batch's phases add up to its "
     "triggerExecution; each phase's figure is its median over the batches, and the medians need not add up. "
     "The stage and task times come from Spark's event log, written to a scratch file; results.json keeps every "
-    "batch's phases and the log's cost (listener time and size per batch).",
+    "batch's phases and the log's cost (listener time and size per batch). The Spark engines' throughput rows give "
+    "the same phases for the run nearest their median, each phase summed over the run's batches with input (the "
+    "batch without data that ends an availableNow run is not in the rate and not in its phases).",
 ]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.dataset import Dataset
 from bench.measure import fresh_outputs, query_figures, ratio_by_round, rounds, run_quix
+from bench.phases import RunPhases
 from streamstate_jobs.anomalies import job as anomalies_job
 from streamstate_jobs.runner import start_query
 from streamstate_pipeline.settings import Settings
@@ -18,7 +19,8 @@ from streamstate_pipeline.settings import Settings
 
 def anomalies_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
     run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": dataset.topic}), "anomalies")
-    return query_figures(start_query(spark, run_settings, anomalies_job.JOB, str(checkpoint), available_now=True), dataset.records)
+    phases = RunPhases(spark)
+    return query_figures(start_query(spark, run_settings, anomalies_job.JOB, str(checkpoint), available_now=True), dataset.records, phases)
 
 
 def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from bench.phases import RunPhases, phases_line
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 from streamstate_pipeline.topics import TopicSpec, create_topics, load_topics
 
@@ -57,9 +58,10 @@ def bounded_input_topic(settings: Settings, name: str, partitions: int) -> Topic
     return TopicSpec(name, partitions, config)
 
 
-def query_figures(query, records: int) -> dict[str, Any]:
+def query_figures(query, records: int, phases: RunPhases | None = None) -> dict[str, Any]:
     """Wait for an ``availableNow`` query over ``records`` input records and sum its batches:
-    rows, batch ms, where the ms went.
+    rows, batch ms, where the ms went (with ``phases``, marked before the query started, also
+    by phase from the event log: the driver, the source's stage, the state, the write, the commit).
 
     ``triggerExecution`` runs from planning the batch (the source's first read follows) to the
     ``foreachBatch`` writer's delivery-checked flush, so rows / triggerExecution is the rate
@@ -88,10 +90,14 @@ def query_figures(query, records: int) -> dict[str, Any]:
         }
         for op in batches[-1]["stateOperators"]
     ]
-    return {
+    figures = {
         "rows": records, "seconds": round(seconds, 2), "rows_per_s": round(records / seconds), "source_rows_read": source_rows,
         "batches": len(batches), "duration_ms": durations, "state_operators": operators,
     }
+    by_phase = None if phases is None else phases.of(str(query.id))
+    if by_phase:
+        figures["phases_ms"] = by_phase
+    return figures
 
 
 def quix_python() -> Path:
@@ -139,7 +145,9 @@ def rounds(times: int, arms: dict[str, Callable[[int], dict[str, Any]]]) -> dict
         for label, once in arms.items():
             result = once(index)
             runs[label].append(result)
-            print(f"  {label} run {index + 1}/{times}: {result['rows']:,} rows in {result['seconds']}s = {result['rows_per_s']:,} rows/s", flush=True)
+            phases = f" ({phases_line(result['phases_ms'])})" if result.get("phases_ms") else ""
+            print(f"  {label} run {index + 1}/{times}: {result['rows']:,} rows in {result['seconds']}s = {result['rows_per_s']:,} rows/s{phases}",
+                  flush=True)
     return {label: median_runs(arm_runs) for label, arm_runs in runs.items()}
 
 

@@ -1,4 +1,5 @@
-"""Where a latency figure's batches spend their time: each batch split into phases.
+"""Where a latency figure's batches spend their time, and a throughput run's batch: each batch
+split into phases.
 
 - ``driver``: the batch's time outside its Spark stages: planning, the source's offsets, the
   Python ``foreachBatch`` callback and the router's planning of its writer's job, scheduling
@@ -243,6 +244,18 @@ def breakdown(batches: list[Batch], timed_validation: bool) -> dict[str, Any]:
     return {"batches": len(per_batch), "medians_ms": medians, "per_batch": per_batch}
 
 
+def summed_phases(batches: list[Batch]) -> dict[str, float]:
+    """A throughput run's phases: each summed over its batches with input (one, for an
+    ``availableNow`` run that fits a batch; the batch without data that moves its watermark on
+    is not counted, as the rate does not count it), validation counted with the source; a
+    phase the query does not have (no state without a stateful operator) is left out."""
+    total: dict[str, float] = {}
+    for batch in batches:
+        for name, ms in batch_phases(batch, timed_validation=False).items():
+            total[name] = round(total.get(name, 0.0) + ms, 1)
+    return {name: ms for name, ms in total.items() if ms}
+
+
 def phases_line(medians: dict[str, float]) -> str:
     """``driver 88 · source 150 · validation 20 · state 190 · write 60 · commit 12 ms``."""
     parts = [f"{name} {medians[name]:,.0f}" for name in (*PHASES, "other") if name in medians]
@@ -401,6 +414,27 @@ def event_log_cpu_ms(spark) -> float | None:
     except Exception:  # noqa: BLE001 - the cost is reported when the JVM tells it
         return None
     return None
+
+
+class RunPhases:
+    """Where a throughput run's time went (:func:`summed_phases`): the event log marked before
+    its query starts, read once the query has ended."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.log = EventLog.of(spark)
+        self.mark = self.log.mark() if self.log is not None else 0
+
+    def of(self, query_id: str) -> dict[str, float] | None:
+        """The query's phases in ms, None where the session writes no event log."""
+        if self.log is None:
+            return None
+        try:
+            # The log is written by the listener bus's thread: its queue holds the run's last events.
+            self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)  # noqa: SLF001 - PySpark keeps the JVM context only here
+        except Exception:  # noqa: BLE001 - a busy bus leaves the phases of the events logged so far
+            pass
+        return summed_phases(parse_events(self.log.lines_from(self.mark), query_id))
 
 
 class PhaseRecorder:

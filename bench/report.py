@@ -56,9 +56,13 @@ def _goal(met: bool | None, text: str) -> str:
 
 
 def _engine(label: str, runs: dict[str, Any], setup: str) -> tuple[str, str, str, str]:
-    """A throughput row: the median rate, and the spread of the runs behind it."""
+    """A throughput row: the median rate, the spread of the runs behind it and, where the run
+    nearest the median was split into phases, where its time went."""
     rates = [r["rows_per_s"] for r in runs["runs"]]
-    return (label, f"{_rate(runs['median_rows_per_s'])} (runs {min(rates):,}-{max(rates):,})", "", setup)
+    nearest = min(runs["runs"], key=lambda run: abs(run["rows_per_s"] - runs["median_rows_per_s"]))
+    phases = phases_line(nearest.get("phases_ms", {}))
+    return (label, f"{_rate(runs['median_rows_per_s'])} (runs {min(rates):,}-{max(rates):,})", "",
+            setup + (f"; the median run: {phases}" if phases else ""))
 
 
 def _ratio(label: str, ratio: float, goal: float | None, by_round: list[float] | None = None,

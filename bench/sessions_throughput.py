@@ -16,6 +16,7 @@ from typing import Any
 from bench.dataset import Dataset
 from bench.measure import fresh_outputs, query_figures, ratio_by_round, rounds, run_quix
 from bench.peers import native_sessions
+from bench.phases import RunPhases
 from streamstate_pipeline.contracts import UserEvent
 from streamstate_jobs.sessions import job as sessions_job
 from streamstate_jobs.inputs import read_input
@@ -27,24 +28,27 @@ from streamstate_pipeline.settings import Settings
 def sessions_job_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
     """One fresh ``availableNow`` run of the sessions job over the whole topic."""
     run_settings = fresh_outputs(settings.model_copy(update={"topic_user_events": dataset.topic}), "sessions")
-    return query_figures(start_query(spark, run_settings, sessions_job.JOB, str(checkpoint), available_now=True), dataset.records)
+    phases = RunPhases(spark)
+    return query_figures(start_query(spark, run_settings, sessions_job.JOB, str(checkpoint), available_now=True), dataset.records, phases)
 
 
 def stateless_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
     """The pipeline without state: the job's source and contract validation into Spark's
     ``noop`` sink, one ``availableNow`` batch (what every record costs before the state engine)."""
+    phases = RunPhases(spark)
     validated = validate(read_input(spark, settings, dataset.topic), UserEvent, settings.max_clock_skew_ms)
     query = (
         validated.writeStream.queryName("source-and-validation").format("noop")
         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     )
-    return query_figures(query, dataset.records)
+    return query_figures(query, dataset.records, phases)
 
 
 def native_once(spark, settings: Settings, dataset: Dataset, checkpoint: Path) -> dict[str, Any]:
     """One fresh ``availableNow`` run of the native ``session_window`` aggregation."""
     run_settings = fresh_outputs(settings.model_copy(update={"topic_user_events": dataset.topic}), "native")
-    return query_figures(native_sessions.start(spark, run_settings, str(checkpoint)), dataset.records)
+    phases = RunPhases(spark)
+    return query_figures(native_sessions.start(spark, run_settings, str(checkpoint)), dataset.records, phases)
 
 
 def quix_once(settings: Settings, dataset: Dataset) -> dict[str, Any]:

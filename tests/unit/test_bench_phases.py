@@ -17,9 +17,10 @@ from bench.phases import (
     parse_events,
     phases_line,
     stage_kind,
+    summed_phases,
     timed_in_task,
 )
-from bench.report import _latency_floor_rows, _phases, _production_rows, _transaction_rows
+from bench.report import _engine, _latency_floor_rows, _phases, _production_rows, _transaction_rows
 
 QUERY = "453aad0b-f203-4789-b64b-306539f53db8"
 STARTED = "2026-11-28T06:05:37.765Z"
@@ -135,6 +136,37 @@ def test_the_phases_line_lists_the_phases_in_order():
     medians = {"commit": 12.4, "driver": 88.0, "state": 190.2, "source": 150.0, "write": 60.0, "triggerExecution": 520}
     assert phases_line(medians) == "driver 88 · source 150 · state 190 · write 60 · commit 12 ms"
     assert phases_line({}) == ""
+
+
+def test_a_throughput_runs_phases_are_its_batches_with_input_summed():
+    # An availableNow run: its batch of data, then the batch without data that moves the watermark on.
+    lines = [
+        job(0, {0: SCAN, 1: STATEFUL}), task(0, 0, 1_000), stage(0, 0, 1_000), task(1, 1_000, 3_000), stage(1, 1_000, 3_000),
+        progress(0, triggerExecution=3_200),
+        job(1, {2: STATEFUL}), stage(2, 3_300, 3_900), progress(1, rows=0, triggerExecution=700),
+    ]
+    phases = summed_phases(parse_events(lines, QUERY))
+    # source 1 s; state stage 2 s split 200 : 40 : the rest of 2 s of tasks; driver 3.2 s - 3 s of stages - 8 ms of logs
+    assert phases == {"driver": 192.0, "source": 1_000.0, "state": 200.0, "write": 1_760.0, "commit": 48.0}
+    assert sum(phases.values()) == 3_200
+    assert summed_phases([]) == {}
+    # A query without state (Spark's noop sink after the source): no state or write phase.
+    (stateless,) = parse_events([job(0, {0: SCAN}), task(0, 0, 900), stage(0, 0, 900), progress(0, triggerExecution=950)], QUERY)
+    stateless.progress["stateOperators"] = []
+    assert summed_phases([stateless]) == {"driver": 42.0, "source": 900.0, "commit": 8.0}
+
+
+def test_a_throughput_row_says_where_the_median_runs_time_went():
+    runs = {"median_rows_per_s": 100_000, "runs": [
+        {"rows_per_s": 80_000, "phases_ms": {"driver": 1.0}},
+        {"rows_per_s": 100_000, "phases_ms": {"driver": 300.0, "source": 3_400.0, "state": 4_300.0, "write": 800.0, "commit": 20.0}},
+        {"rows_per_s": 120_000},
+    ]}
+    label, rate, goal, setup = _engine("Sessions job", runs, "1,000,000 events")
+    assert rate == "100,000/s (runs 80,000-120,000)" and goal == ""
+    assert setup == "1,000,000 events; the median run: driver 300 · source 3,400 · state 4,300 · write 800 · commit 20 ms"
+    # Runs measured without an event log (and older results) keep the plain row.
+    assert _engine("Quix", {"median_rows_per_s": 5, "runs": [{"rows_per_s": 5}]}, "setup")[3] == "setup"
 
 
 class FakeClock:
