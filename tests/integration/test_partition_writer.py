@@ -3,12 +3,14 @@ kind's rows reach their topic, in the partition Spark's own Kafka sink picks for
 summary counts what was written, and rows the job does not declare fail the batch before any
 of their Arrow batch is written. In transactions: a replayed batch writes nothing again, a task
 that fails mid-transaction leaves nothing a read_committed consumer sees, and a stale producer
-of the same transactional id cannot commit, and a task's producer finds its broker connection
-up when it asks for its producer id."""
+of the same transactional id cannot commit, a task with nothing to write leaves no call of its
+producer under way, and a task's producer finds its broker connection up when it asks for its
+producer id."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
@@ -248,6 +250,32 @@ def test_a_task_takes_its_transactional_id_before_its_first_row(settings, bootst
     output = _TransactionalOutput(producer_config(settings.kafka), settings.kafka.client_config(), transactions)
     _write_task(rows_after_the_older_producer_is_fenced(), plan_for(alerts, alerts), output)
     assert _values(bootstrap, alerts) == [json.dumps({"n": "task"})]
+
+
+def test_a_task_with_nothing_to_write_ends_only_once_its_producer_has_its_id(settings, bootstrap, new_topic):
+    """A task whose partition had no record to write in the batch (an anomalies job's partition
+    without an alert) starts its producer all the same. Its ``init_transactions``, left under way
+    when the task ended, landed after the next batch's task of the partition had taken the id and
+    fenced it mid-write: the job stopped as if another copy of it ran (OUTPUT_FENCED)."""
+    alerts = new_topic(partitions=1)
+    prefix, plan = f"test.{uuid.uuid4().hex}", plan_for(alerts, alerts)
+
+    def task(batch_id: int, payloads: list[str]) -> _TransactionalOutput:
+        output = _TransactionalOutput(producer_config(settings.kafka), settings.kafka.client_config(),
+                                      BatchTransactions(prefix, batch_id, alerts))
+        rows = [pa.RecordBatch.from_pydict({"kind": ["alert"] * len(payloads), "key": ["k"] * len(payloads), "payload": payloads})]
+        _write_task(iter(rows if payloads else []), plan, output)
+        return output
+
+    # Batches back to back, a partition's tasks alternating: before the fix a third of the
+    # writing tasks were fenced so, on a local broker.
+    written = range(0, 40, 2)
+    for batch_id in written:
+        task(batch_id, [json.dumps({"batch": batch_id})])
+        empty = task(batch_id + 1, [])
+        still_starting = [t for t in threading.enumerate() if t.name == f"start {empty.transactional_id}"]
+        assert still_starting == [], "the task ended with its producer still taking the transactional id"
+    assert _values(bootstrap, alerts) == sorted(json.dumps({"batch": b}) for b in written)
 
 
 # librdkafka's debug line when a producer that has no broker connection up picks one to ask

@@ -28,7 +28,8 @@ so a ``read_committed`` consumer sees each record once, whatever was killed when
 starts its producer, ``init_transactions`` and the committed-batch lookup in a thread of its
 own as soon as it starts, while the stateful operator in front of it still computes its rows:
 ``init_transactions`` takes 10-40 ms on a local broker (see ``TRANSACTIONAL_TUNING`` for why
-it took 500 ms in a third of the tasks before). It begins its transaction only once it has all
+it took 500 ms in a third of the tasks before). The task ends only once that start is done,
+even with nothing to write (:meth:`_TransactionalOutput._wait_for_start`). It begins its transaction only once it has all
 its rows (:attr:`_Output.drains`), so the transaction is open while it writes, never while
 they are computed; :func:`records_per_batch` bounds a batch by the transactions' timeout.
 
@@ -671,6 +672,8 @@ class _TransactionalOutput(_Output):
             raise self.failure(exc, "delivering records") from exc
         if self.producing is not None:
             self.commit()
+        else:
+            self._wait_for_start()
 
     def commit(self) -> None:
         client = self._begin()
@@ -681,12 +684,19 @@ class _TransactionalOutput(_Output):
         client.open = False
 
     def abandon(self) -> None:
-        """The task failed: its open transaction is aborted, so nothing of it is ever seen. A
-        producer still starting is waited for, so that no call of it outlives the task."""
-        if self.client is None:
-            self.starting.exception()  # its failure, if any, is not the task's
+        """The task failed: its open transaction is aborted, so nothing of it is ever seen."""
+        self._wait_for_start()
         if self.client is not None and self.client.open:
             self.client.abort()
+
+    def _wait_for_start(self) -> None:
+        """A task that ends without having used its producer (no record to write, or failed)
+        waits for it to finish starting, so that no call of it outlives the task: an
+        ``init_transactions`` still under way (retried while the id's previous transaction
+        completes) would otherwise land after the next batch's task of the partition took the
+        id, and fence that task mid-write. Its failure, if any, is not the task's."""
+        if self.client is None:
+            self.starting.exception()
 
 
 @dataclass
