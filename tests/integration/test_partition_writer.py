@@ -4,8 +4,8 @@ summary counts what was written, and rows the job does not declare fail the batc
 of their Arrow batch is written. In transactions: a replayed batch writes nothing again, a task
 that fails mid-transaction leaves nothing a read_committed consumer sees, and a stale producer
 of the same transactional id cannot commit, a task with nothing to write leaves no call of its
-producer under way, and a task's producer finds its broker connection up when it asks for its
-producer id."""
+producer under way, a batch id that cannot join its transaction takes the task's records with
+it, and a task's producer finds its broker connection up when it asks for its producer id."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from streamstate_jobs.kafka import write_kafka
+from streamstate_jobs.kafka import partition_writer, write_kafka
 from streamstate_jobs.kafka.partition_writer import (
     BatchTransactions,
     OutputNotDelivered,
@@ -276,6 +276,24 @@ def test_a_task_with_nothing_to_write_ends_only_once_its_producer_has_its_id(set
         still_starting = [t for t in threading.enumerate() if t.name == f"start {empty.transactional_id}"]
         assert still_starting == [], "the task ended with its producer still taking the transactional id"
     assert _values(bootstrap, alerts) == sorted(json.dumps({"batch": b}) for b in written)
+
+
+def test_a_task_whose_batch_id_cannot_join_its_transaction_commits_none_of_its_records(settings, bootstrap, new_topic, monkeypatch):
+    """The batch id goes into the transaction while the task writes its records; when it
+    cannot (its marker topic is gone here), the task fails, its transaction is aborted once that
+    call has ended, and none of its records is ever seen."""
+    # librdkafka retries the refused offset commit until the call's timeout: a shorter one here.
+    monkeypatch.setattr(partition_writer, "TRANSACTION_CALL_TIMEOUT_S", 3.0)
+    alerts = new_topic(partitions=1)
+    transactions = _transactions(0, marker=f"missing-{uuid.uuid4().hex}")
+    output = _TransactionalOutput(producer_config(settings.kafka), settings.kafka.client_config(), transactions)
+    rows = pa.RecordBatch.from_pydict({"kind": ["alert"] * 3, "key": ["a", "b", "c"], "payload": [json.dumps({"n": n}) for n in range(3)]})
+
+    with pytest.raises(OutputNotDelivered, match="send_offsets_to_transaction"):
+        _write_task(iter([rows]), plan_for(alerts, alerts), output)
+    assert output.client is not None and not output.client.open, "the task's transaction was left open"
+    assert _values(bootstrap, alerts) == []
+    assert len(_values(bootstrap, alerts, isolation="read_uncommitted")) == 3, "the records were written, then aborted"
 
 
 # librdkafka's debug line when a producer that has no broker connection up picks one to ask

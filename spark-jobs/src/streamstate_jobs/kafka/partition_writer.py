@@ -29,9 +29,11 @@ starts its producer, ``init_transactions`` and the committed-batch lookup in a t
 own as soon as it starts, while the stateful operator in front of it still computes its rows:
 ``init_transactions`` takes 10-40 ms on a local broker (see ``TRANSACTIONAL_TUNING`` for why
 it took 500 ms in a third of the tasks before). The task ends only once that start is done,
-even with nothing to write (:meth:`_TransactionalOutput._wait_for_start`). It begins its transaction only once it has all
-its rows (:attr:`_Output.drains`), so the transaction is open while it writes, never while
-they are computed; :func:`records_per_batch` bounds a batch by the transactions' timeout.
+even with nothing to write (:meth:`_TransactionalOutput._settle`). It begins its transaction
+only once it has all its rows (:attr:`_Output.drains`), so the transaction is open while it
+writes, never while they are computed, and sends the batch id into it while it writes (the
+coordinators' two round trips beside the records' own); :func:`records_per_batch` bounds a
+batch by the transactions' timeout.
 
 A fatal producer error fails the task with its cause (:func:`classify`): fenced by another
 copy of the job, the transaction timed out, refused by the ACLs, not supported by the broker;
@@ -596,6 +598,7 @@ class _TransactionalOutput(_Output):
         self.group_config = group_config
         self.client: _TransactionalClient | None = None
         self.skipping = False
+        self.batch_marked: Future[None] | None = None  # the batch id sent into the open transaction
         # Made as the task starts: the producer takes the transactional id and reads the
         # committed batch in the background while the task's rows are still being computed.
         self.starting = self._start_in_background()
@@ -630,8 +633,28 @@ class _TransactionalOutput(_Output):
                 _call(client, "begin_transaction", client.producer.begin_transaction)
                 client.open = True
                 client.opened_at = time.monotonic()
+                self.batch_marked = self._mark_batch_in_background(client)
             self.client = client
         return self.client
+
+    def _mark_batch_in_background(self, client: _TransactionalClient) -> Future[None]:
+        """The batch id sent into the transaction (as its marker group's offset) while the task
+        produces and flushes its records: the two round trips to the coordinators cost as much
+        as writing a batch's records, and their order inside a transaction does not matter.
+        A failure is raised at the commit; the task that meets it aborts the transaction."""
+        marked: Future[None] = Future()
+        done = TopicPartition(self.transactions.marker, 0, self.transactions.batch_id + 1)
+
+        def mark() -> None:
+            try:
+                _call(client, "send_offsets_to_transaction", lambda: client.producer.send_offsets_to_transaction(
+                    [done], client.group.consumer_group_metadata(), TRANSACTION_CALL_TIMEOUT_S), abort=False)
+                marked.set_result(None)
+            except BaseException as error:  # raised in the task's thread by commit
+                marked.set_exception(error)
+
+        threading.Thread(target=mark, name=f"mark {self.transactional_id}", daemon=True).start()
+        return marked
 
     def failure(self, exc: BaseException, what: str) -> BaseException:
         """A fatal error of the producer is named by its condition (:func:`classify`), whichever
@@ -642,6 +665,7 @@ class _TransactionalOutput(_Output):
             return exc if isinstance(exc, OutputNotDelivered) else OutputNotDelivered(f"{what}: {exc}")
         error = kafka_error(exc)
         if error is None or error.code() == KafkaError._FATAL:  # produce() names no cause, a SystemError may not either
+            self._settle()  # fatal_error's abort would meet the batch id's sending
             error = client.fatal_error() or error
         if error is None:
             return OutputNotDelivered(f"{what} of transactional id {client.transactional_id}: {exc}")
@@ -673,30 +697,33 @@ class _TransactionalOutput(_Output):
         if self.producing is not None:
             self.commit()
         else:
-            self._wait_for_start()
+            self._settle()
 
     def commit(self) -> None:
         client = self._begin()
-        done = TopicPartition(self.transactions.marker, 0, self.transactions.batch_id + 1)
-        _call(client, "send_offsets_to_transaction", lambda: client.producer.send_offsets_to_transaction(
-            [done], client.group.consumer_group_metadata(), TRANSACTION_CALL_TIMEOUT_S))
+        (self.batch_marked or self._mark_batch_in_background(client)).result()
         _call(client, "commit_transaction", lambda: client.producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S))
         client.open = False
 
     def abandon(self) -> None:
-        """The task failed: its open transaction is aborted, so nothing of it is ever seen."""
-        self._wait_for_start()
+        """The task failed: its open transaction is aborted, so nothing of it is ever seen (once
+        the batch id's sending is done: librdkafka refuses a second transactional call at once)."""
+        self._settle()
         if self.client is not None and self.client.open:
             self.client.abort()
 
-    def _wait_for_start(self) -> None:
-        """A task that ends without having used its producer (no record to write, or failed)
-        waits for it to finish starting, so that no call of it outlives the task: an
-        ``init_transactions`` still under way (retried while the id's previous transaction
-        completes) would otherwise land after the next batch's task of the partition took the
-        id, and fence that task mid-write. Its failure, if any, is not the task's."""
+    def _settle(self) -> None:
+        """Wait for the calls the task runs beside its own (its producer's start, the batch id's
+        sending), so that none outlives the task or meets another transactional call (librdkafka
+        refuses a second one while one runs). A task that ends without having used its producer
+        (no record to write, or failed) waits for it to finish starting: an ``init_transactions``
+        still under way (retried while the id's previous transaction completes) would otherwise
+        land after the next batch's task of the partition took the id, and fence that task
+        mid-write. Their failures, if any, are not raised here."""
         if self.client is None:
             self.starting.exception()
+        if self.batch_marked is not None:
+            self.batch_marked.exception()
 
 
 @dataclass
@@ -777,9 +804,10 @@ class _TransactionalClient:
             pass
 
 
-def _call(client: _TransactionalClient, what: str, action) -> None:
+def _call(client: _TransactionalClient, what: str, action, abort: bool = True) -> None:
     """One transactional call, retried while Kafka says a retry may succeed (a new group's
-    coordinator, still loading or moved, answers so too)."""
+    coordinator, still loading or moved, answers so too). A call that fails otherwise aborts an
+    open transaction unless ``abort`` is False (a call beside the task's writes: the task aborts)."""
     for attempt in range(CALL_RETRIES):
         try:
             action()
@@ -792,7 +820,7 @@ def _call(client: _TransactionalClient, what: str, action) -> None:
             kind = client.classify(error) if error.fatal() or error.code() in FENCED_CODES else None
             if kind is not None:
                 raise kind(f"{what} of transactional id {client.transactional_id}: {error.str()}") from exc
-            if client.open:
+            if abort and client.open:
                 client.abort()
             raise OutputNotDelivered(f"{what} of transactional id {client.transactional_id}: {error.str()}") from exc
 
