@@ -50,7 +50,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -613,18 +613,13 @@ class _TransactionalOutput(_Output):
 
     def _start_in_background(self) -> Future[tuple[_TransactionalClient, bool]]:
         """The task's client and whether its batch was committed before, once started."""
-        starting: Future[tuple[_TransactionalClient, bool]] = Future()
 
-        def start() -> None:
-            try:
-                client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config,
-                                                    self.transactions.batch_id)
-                starting.set_result((client, client.committed_batch() >= self.transactions.batch_id))
-            except BaseException as error:  # raised in the task's thread by _begin
-                starting.set_exception(error)
+        def start() -> tuple[_TransactionalClient, bool]:
+            client = _TransactionalClient.start(self.transactional_id, self.transactions.marker, self.config, self.group_config,
+                                                self.transactions.batch_id)
+            return client, client.committed_batch() >= self.transactions.batch_id
 
-        threading.Thread(target=start, name=f"start {self.transactional_id}", daemon=True).start()
-        return starting
+        return _in_thread(f"start {self.transactional_id}", start)
 
     def _begin(self) -> _TransactionalClient:
         if self.client is None:
@@ -642,19 +637,10 @@ class _TransactionalOutput(_Output):
         produces and flushes its records: the two round trips to the coordinators cost as much
         as writing a batch's records, and their order inside a transaction does not matter.
         A failure is raised at the commit; the task that meets it aborts the transaction."""
-        marked: Future[None] = Future()
         done = TopicPartition(self.transactions.marker, 0, self.transactions.batch_id + 1)
-
-        def mark() -> None:
-            try:
-                _call(client, "send_offsets_to_transaction", lambda: client.producer.send_offsets_to_transaction(
-                    [done], client.group.consumer_group_metadata(), TRANSACTION_CALL_TIMEOUT_S), abort=False)
-                marked.set_result(None)
-            except BaseException as error:  # raised in the task's thread by commit
-                marked.set_exception(error)
-
-        threading.Thread(target=mark, name=f"mark {self.transactional_id}", daemon=True).start()
-        return marked
+        return _in_thread(f"mark {self.transactional_id}", lambda: _call(
+            client, "send_offsets_to_transaction", lambda: client.producer.send_offsets_to_transaction(
+                [done], client.group.consumer_group_metadata(), TRANSACTION_CALL_TIMEOUT_S), abort=False))
 
     def failure(self, exc: BaseException, what: str) -> BaseException:
         """A fatal error of the producer is named by its condition (:func:`classify`), whichever
@@ -802,6 +788,24 @@ class _TransactionalClient:
             self.producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
         except KafkaException:  # a fenced or broken producer: its successor or the broker aborts the transaction
             pass
+
+
+T = TypeVar("T")
+
+
+def _in_thread(name: str, work: Callable[[], T]) -> Future[T]:
+    """``work`` run in a daemon thread of its own; its result, or what it raised (handed to the
+    task's thread by ``result()`` or looked at by ``exception()``), in the future returned."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 def _call(client: _TransactionalClient, what: str, action, abort: bool = True) -> None:
