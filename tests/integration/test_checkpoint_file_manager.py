@@ -23,16 +23,22 @@ CONTENT = b"v1\n{\"batchWatermarkMs\":0}\n" * 64
 def manager(request, spark, tmp_path):
     """(jvm, manager, folder, writes_in_place) over the session's own Hadoop configuration."""
     if request.param == "s3a":
-        reaching_object_store(spark, request.getfixturevalue("production_stack"))
-        folder = f"s3a://{BUCKET}/tests/file-manager-{uuid.uuid4().hex[:8]}"
-    else:
-        folder = f"file://{tmp_path}/checkpoint"
+        return _s3a_manager(spark, request.getfixturevalue("production_stack"))
+    return _manager_at(spark, f"file://{tmp_path}/checkpoint")
+
+
+def _s3a_manager(spark, production_stack):
+    reaching_object_store(spark, production_stack)
+    return _manager_at(spark, f"s3a://{BUCKET}/tests/file-manager-{uuid.uuid4().hex[:8]}")
+
+
+def _manager_at(spark, folder: str):
     jvm = spark.sparkContext._jvm
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     path = jvm.org.apache.hadoop.fs.Path(folder)
     made = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(path, conf)
     made.mkdirs(path)
-    return jvm, made, folder, request.param == "s3a"
+    return jvm, made, folder, folder.startswith("s3a://")
 
 
 def _write(jvm, manager, name: str, content: bytes, overwrite: bool, close: bool = True):
@@ -85,3 +91,34 @@ def test_an_existing_file_is_refused_without_overwrite_and_replaced_with_it(mana
     assert _read(jvm, made, f"{folder}/2") == CONTENT
     _write(jvm, made, f"{folder}/2", b"replaced", overwrite=True)
     assert _read(jvm, made, f"{folder}/2") == b"replaced"
+
+
+def test_of_two_writers_of_a_new_name_the_second_to_close_is_refused(manager):
+    """Both find the name free; on S3A the store itself refuses the second (a conditional PUT),
+    elsewhere the rename does, and either way it surfaces as the exception Spark's logs expect."""
+    jvm, made, folder, _ = manager
+    first = _write(jvm, made, f"{folder}/3", CONTENT, overwrite=False, close=False)
+    second = _write(jvm, made, f"{folder}/3", b"other writer", overwrite=False, close=False)
+    first.close()
+    with pytest.raises(Py4JJavaError) as refused:
+        second.close()
+    assert refused.value.java_exception.getClass().getName() == "org.apache.hadoop.fs.FileAlreadyExistsException"
+    assert _read(jvm, made, f"{folder}/3") == CONTENT
+
+
+def _s3a_requests(jvm, spark, folder: str) -> dict[str, int]:
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    fs = jvm.org.apache.hadoop.fs.Path(folder).getFileSystem(conf)  # the cached instance the manager writes through
+    counters = jvm.org.apache.hadoop.fs.statistics.IOStatisticsSupport.snapshotIOStatistics(fs.getIOStatistics()).counters()
+    return {name: int(counters.get(name)) for name in ("object_put_request", "action_http_head_request", "object_list_request")}
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_on_s3a_a_checkpoint_file_costs_one_put_and_no_probe(spark, production_stack, overwrite):
+    """S3A's create looks for the name (a HEAD and a LIST) before the PUT unless told not to."""
+    jvm, made, folder, _ = _s3a_manager(spark, production_stack)
+    before = _s3a_requests(jvm, spark, folder)
+    _write(jvm, made, f"{folder}/4", CONTENT, overwrite=overwrite)
+    after = _s3a_requests(jvm, spark, folder)
+    assert {name: after[name] - before[name] for name in after} == {
+        "object_put_request": 1, "action_http_head_request": 0, "object_list_request": 0}

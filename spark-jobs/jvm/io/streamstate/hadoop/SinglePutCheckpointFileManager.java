@@ -1,12 +1,11 @@
 package io.streamstate.hadoop;
 
 import java.io.IOException;
-import java.util.EnumSet;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
-import org.apache.hadoop.fs.CreateFlag;
 import org.apache.hadoop.fs.FSDataOutputStream;
-import org.apache.hadoop.fs.Options;
+import org.apache.hadoop.fs.FileAlreadyExistsException;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager;
 import org.slf4j.Logger;
@@ -24,17 +23,31 @@ import org.slf4j.LoggerFactory;
  * what Spark's {@code AbortableStreamBasedCheckpointFileManager} (spark-hadoop-cloud) does;
  * that module is not published for the Spark release this project pins.
  *
+ * <p>The PUT is the only request: S3A's existence probes of a create (a HEAD and a LIST, some
+ * 6 ms on a local MinIO) are skipped ({@code fs.s3a.create.performance}). A checkpoint file's
+ * name is never a directory's, and a file that must not be overwritten is written with a
+ * conditional PUT ({@code If-None-Match}), which the store refuses atomically if the name
+ * exists, where S3A's probe only looked a moment before; the refusal surfaces at close as the
+ * {@link FileAlreadyExistsException} Spark's logs expect. Spark's callers look for the file
+ * themselves just before writing one that must not be overwritten, so on a store that ignores
+ * the condition (S3A's {@code fs.s3a.create.conditional.enabled}) the check is as it was.
+ *
  * <p>File systems whose streams cannot be aborted (local disk, HDFS) keep Spark's own
  * temporary-file-and-rename path, so the class is safe to set for every checkpoint.
  */
 public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFileManager {
   private static final Logger LOG = LoggerFactory.getLogger(SinglePutCheckpointFileManager.class);
 
-  private final boolean abortable;
+  /** S3A's create without its existence probes; an option other file systems ignore. */
+  static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
 
-  public SinglePutCheckpointFileManager(Path path, Configuration conf) {
+  private final boolean abortable;
+  private final FileSystem fs;
+
+  public SinglePutCheckpointFileManager(Path path, Configuration conf) throws IOException {
     super(path, conf);
     this.abortable = supportsAbort(path);
+    this.fs = abortable ? path.getFileSystem(conf) : null;
   }
 
   private boolean supportsAbort(Path path) {
@@ -56,10 +69,11 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
     if (!abortable) {
       return super.createAtomic(path, overwriteIfPossible);
     }
-    EnumSet<CreateFlag> flags =
-        overwriteIfPossible ? EnumSet.of(CreateFlag.CREATE, CreateFlag.OVERWRITE) : EnumSet.of(CreateFlag.CREATE);
     try {
-      return new InPlaceStream(fc().create(path, flags, Options.CreateOpts.createParent()), path);
+      // S3A's builder is raw-typed; what it builds is an FSDataOutputStream.
+      FSDataOutputStream out = (FSDataOutputStream)
+          fs.createFile(path).overwrite(overwriteIfPossible).recursive().opt(CREATE_PERFORMANCE, "true").build();
+      return new InPlaceStream(out, path, overwriteIfPossible);
     } catch (IOException e) {
       // Rethrown as is, as Spark's Scala managers do: HDFSMetadataLog tells a concurrent
       // writer by a FileAlreadyExistsException, which a wrapper would hide.
@@ -72,16 +86,29 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
     throw (E) e;
   }
 
+  /** Whether {@code e}, from the close of a write that must not overwrite, is the store's refusal. */
+  static boolean refusedAsExisting(Throwable e) {
+    for (Throwable cause = e; cause != null; cause = cause.getCause()) {
+      // S3A's RemoteFileChangedException (hadoop-aws, not on this class's compile path): HTTP 412.
+      if (cause.getClass().getSimpleName().equals("RemoteFileChangedException")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** The final object's own stream: close publishes it, cancel aborts the upload. */
   private static final class InPlaceStream extends CancellableFSDataOutputStream {
     private final FSDataOutputStream out;
     private final Path path;
+    private final boolean overwrite;
     private boolean terminated;
 
-    InPlaceStream(FSDataOutputStream out, Path path) {
+    InPlaceStream(FSDataOutputStream out, Path path, boolean overwrite) {
       super(out);
       this.out = out;
       this.path = path;
+      this.overwrite = overwrite;
     }
 
     @Override
@@ -90,7 +117,16 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
         return;
       }
       terminated = true;
-      out.close();
+      try {
+        out.close();
+      } catch (IOException e) {
+        if (!overwrite && refusedAsExisting(e)) {
+          FileAlreadyExistsException refused = new FileAlreadyExistsException(path + " already exists");
+          refused.initCause(e);
+          throw refused;
+        }
+        throw e;
+      }
     }
 
     @Override
