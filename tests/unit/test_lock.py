@@ -26,7 +26,7 @@ MEMBERS = locked.workspace_members(REPO_ROOT)  # distribution name -> folder
 # Each image's member folder, and what its member does not use: the image must not install it.
 IMAGES = {
     "spark-jobs": {"fastapi", "uvicorn", "uvloop", "httptools", "rocksdict", "sortedcontainers", "starlette"},
-    "services/api": {"pyspark", "py4j", "pandas", "pyarrow", "numpy", "protobuf", "boto3", "botocore", "xxhash"},
+    "services/api": {"pyspark", "py4j", "pandas", "pyarrow", "protobuf", "boto3", "botocore", "xxhash"},
     "producers": {"pyspark", "py4j", "pandas", "pyarrow", "numpy", "protobuf", "fastapi", "uvicorn", "starlette", "rocksdict"},
 }
 DOCKERFILES = {folder: REPO_ROOT / folder / "Dockerfile" for folder in IMAGES}

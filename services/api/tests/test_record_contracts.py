@@ -214,6 +214,30 @@ _record = st.tuples(
 )
 
 
+def _consumed_maker():
+    """A function from a record spec of :data:`_record` to a consumed record, at the next
+    offset of its partition."""
+    offsets: dict[tuple[Source, int], int] = {}
+
+    def consumed(spec):
+        source, partition, key, kind, ts, flag = spec
+        offset = offsets.get((source, partition), 0)
+        offsets[(source, partition)] = offset + 1
+        if kind == "bad":
+            return (source, partition, offset, None)
+        name = f"k{key}"
+        if kind == "tombstone":
+            return (source, partition, offset, decode(source, name.encode(), None))
+        if source is Source.SESSIONS:
+            body = session_snapshot(name, active=flag, ts=ts).model_dump_json()
+        else:
+            series = metric_snapshot(name, last_z=4.0 * (ts + 1) if flag else None)
+            body = series.model_copy(update={"ts": ts}).model_dump_json()
+        return (source, partition, offset, decode(source, name.encode(), body.encode()))
+
+    return consumed
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_record, min_size=1, max_size=40), st.lists(_record, max_size=10))
 def test_a_batch_gives_the_view_its_records_one_by_one_give(records, before):
@@ -222,24 +246,7 @@ def test_a_batch_gives_the_view_its_records_one_by_one_give(records, before):
     root = Path(tempfile.mkdtemp(prefix="batch-"))
     try:
         at_once, one_by_one = _new_view(root, "a"), _new_view(root, "b")
-        offsets: dict[tuple[Source, int], int] = {}
-
-        def consumed(spec):
-            source, partition, key, kind, ts, flag = spec
-            offset = offsets.get((source, partition), 0)
-            offsets[(source, partition)] = offset + 1
-            if kind == "bad":
-                return (source, partition, offset, None)
-            name = f"k{key}"
-            if kind == "tombstone":
-                return (source, partition, offset, decode(source, name.encode(), None))
-            if source is Source.SESSIONS:
-                body = session_snapshot(name, active=flag, ts=ts).model_dump_json()
-            else:
-                series = metric_snapshot(name, last_z=4.0 * (ts + 1) if flag else None)
-                body = series.model_copy(update={"ts": ts}).model_dump_json()
-            return (source, partition, offset, decode(source, name.encode(), body.encode()))
-
+        consumed = _consumed_maker()
         history = [consumed(spec) for spec in before]
         batch = [consumed(spec) for spec in records]
         for view in (at_once, one_by_one):
@@ -251,5 +258,27 @@ def test_a_batch_gives_the_view_its_records_one_by_one_give(records, before):
         assert _contents(at_once) == _contents(one_by_one)
         at_once.close()
         one_by_one.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(_record, min_size=1, max_size=20), min_size=1, max_size=6))
+def test_a_rebuild_on_an_empty_store_builds_the_view_of_one_that_reads_every_key(batches):
+    """A view on an empty store reads only the keys it may have written (its filter of the
+    rebuild's keys); batch after batch, with keys coming back, tombstones, older copies and bad
+    records, it builds what a view reading every key from the store builds."""
+    root = Path(tempfile.mkdtemp(prefix="rebuild-"))
+    try:
+        filtered, reading = _new_view(root, "a"), _new_view(root, "b")
+        reading.rebuilt()  # caught up: every key is read from the store
+        consumed = _consumed_maker()
+        for specs in batches:
+            batch = [consumed(spec) for spec in specs]
+            filtered.apply(batch)
+            reading.apply(batch)
+        assert _contents(filtered) == _contents(reading)
+        filtered.close()
+        reading.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)

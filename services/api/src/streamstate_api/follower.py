@@ -531,6 +531,7 @@ class ViewFollower(threading.Thread):
         if self._targets is not None and not self._remaining(self._targets):
             with self._state_lock:
                 self._caught_up = True
+            self._view.rebuilt()
             started = self._progress_start
             took = ""
             if started is not None:

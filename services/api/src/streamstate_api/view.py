@@ -25,6 +25,11 @@ deletion in the follower's time (a job's replay, a rebuild reading the topics), 
 own ``delete.retention.ms`` for tombstones is wall-clock time too. A grave of a store written
 before holds no deletion time: the first pruning gives it the time of that pruning.
 
+A view on an empty store (a cold rebuild) keeps a filter of the keys it has written
+(:mod:`streamstate_api.key_filter`) until the follower has caught up: a key the filter has
+never seen is absent from the store, so its read is skipped, and nearly every key of a
+rebuild is such a key. A key it may have seen is read as always.
+
 Listing order: a session page is "the next ``limit`` user ids after the cursor id" in the
 store's key order (the UTF-8 bytes of the id: the same order as Python's ``str``), so a page
 boundary is a key, not a position: inserts and removals between two page requests never
@@ -49,7 +54,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sortedcontainers import SortedList
 
@@ -71,6 +76,9 @@ from streamstate_api.store import (
     replace_damaged,
     key_text,
 )
+
+if TYPE_CHECKING:
+    from streamstate_api.key_filter import KeyFilter
 
 # (source, partition, offset, record or None for a record that failed to decode)
 Consumed = tuple[Source, int, int, Record | None]
@@ -116,6 +124,13 @@ class StateView:
     def _load(self) -> None:
         self._counters = self._store.counters()
         stored = self._store.offsets()
+        # A store with no snapshots, graves or offsets is being built from scratch: until the
+        # follower has caught up, a key absent from this filter is absent from the store.
+        self._written: KeyFilter | None = None
+        if not stored and not any(self._counters.values()):
+            from streamstate_api.key_filter import KeyFilter  # NumPy: 77 ms and 16 MB a restart does not need
+
+            self._written = KeyFilter()
         self._positions: dict[Source, dict[int, int]] = {
             source: {p: o for (s, p), o in stored.items() if s == source.value} for source in Source
         }
@@ -232,6 +247,9 @@ class StateView:
                 changed[(source.value, partition)] = next_offset
             with self._lock:
                 new_alerts = self._apply_alerts(alerts, puts)
+            # Before the write: a batch whose write fails is applied again, and can only read more.
+            if self._written is not None and not self._written.add(list(puts)):
+                self._written = None  # past the filter's bound: every key is read from here on
             self._store.write(puts, changed, counters)
             with self._lock:
                 self._counters = counters
@@ -269,7 +287,23 @@ class StateView:
                 if graves:
                     wanted[SERIES_GRAVE + key] = None
         names = list(wanted)
-        return dict(zip(names, self._store.get_many(names))), keys
+        written = self._written
+        if written is None:
+            return dict(zip(names, self._store.get_many(names))), keys
+        if not names:
+            return {}, keys
+        read = [name for name, maybe in zip(names, written.may_hold(names)) if maybe]
+        current: dict[bytes, bytes | None] = dict.fromkeys(names)
+        if read:
+            current.update(zip(read, self._store.get_many(read)))
+        return current, keys
+
+    def rebuilt(self) -> None:
+        """The view has caught up with its topics: from here on every key is read from the store
+        (the filter of a rebuild's keys would only grow, to save reads that live updates of
+        known users need anyway)."""
+        with self._write_lock:
+            self._written = None
 
     def _wins(self, ts: int, stored: bytes | None, grave: bytes | None) -> bool:
         if stored is not None:
