@@ -9,8 +9,9 @@ Asked per key from Python, a filter costs about what RocksDB's own answer for a 
 costs (measured, docs/api-store.md); asked for a whole batch with NumPy it costs a tenth.
 Python's ``hash`` of the key's bytes gives the two probes (salted per process: the filter
 lives in memory only, for the process that made it). It grows by adding layers, each twice
-the last, so that it needs no size in advance, up to a bound: a filter that would pass it
-(some 30 million keys, 128 MB) says so, and its owner reads every key again.
+the last, so that it needs no size in advance, up to a bound: a filter that would need a
+layer of more than 2^25 keys (64 MB; 128 MB with the layers before it) refuses the keys, and
+its owner drops it and reads every key again.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 _BITS_PER_KEY = 16  # two probes: about 1.4 % false positives at capacity, fewer below it
 _FIRST_CAPACITY = 1 << 20  # keys: 2 MB
-_MAX_CAPACITY = 1 << 25  # the largest layer's keys: 64 MB, 128 MB for all the layers
+_MAX_CAPACITY = 1 << 25  # the largest layer's keys: 64 MB
 
 
 class _Layer:
