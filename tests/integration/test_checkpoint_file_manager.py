@@ -106,11 +106,11 @@ def test_of_two_writers_of_a_new_name_the_second_to_close_is_refused(manager):
     assert _read(jvm, made, f"{folder}/3") == CONTENT
 
 
-def _s3a_requests(jvm, spark, folder: str) -> dict[str, int]:
+def _s3a_requests(jvm, spark, folder: str, names=("object_put_request", "action_http_head_request", "object_list_request")) -> dict[str, int]:
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     fs = jvm.org.apache.hadoop.fs.Path(folder).getFileSystem(conf)  # the cached instance the manager writes through
     counters = jvm.org.apache.hadoop.fs.statistics.IOStatisticsSupport.snapshotIOStatistics(fs.getIOStatistics()).counters()
-    return {name: int(counters.get(name)) for name in ("object_put_request", "action_http_head_request", "object_list_request")}
+    return {name: int(counters.get(name)) for name in names}
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
@@ -122,3 +122,32 @@ def test_on_s3a_a_checkpoint_file_costs_one_put_and_no_probe(spark, production_s
     after = _s3a_requests(jvm, spark, folder)
     assert {name: after[name] - before[name] for name in after} == {
         "object_put_request": 1, "action_http_head_request": 0, "object_list_request": 0}
+
+
+def test_on_s3a_looking_for_a_log_file_costs_one_head_and_nothing_else(spark, production_stack):
+    """Spark looks for each offset and commit log file before writing it. S3A's check of a
+    missing name is a HEAD and then a LIST (for a directory of that name); a log folder holds
+    only files, so there the HEAD is the answer."""
+    jvm, made, folder, _ = _s3a_manager(spark, production_stack)
+    path = jvm.org.apache.hadoop.fs.Path
+    _write(jvm, made, f"{folder}/offsets/5", CONTENT, overwrite=False)
+    names = ("object_put_request", "action_http_head_request", "object_list_request", "action_http_get_request")
+    before = _s3a_requests(jvm, spark, folder, names)
+    found = [made.exists(path(f"{folder}/{log}/{batch}")) for log in ("offsets", "commits") for batch in ("5", "6")]
+    after = _s3a_requests(jvm, spark, folder, names)
+    assert found == [True, False, False, False]
+    assert {name: after[name] - before[name] for name in names} == {
+        "object_put_request": 0, "action_http_head_request": 4, "object_list_request": 0, "action_http_get_request": 0}
+
+
+def test_on_s3a_folders_and_other_files_are_found_as_spark_finds_them(spark, production_stack):
+    """Only a log folder's batch files skip the LIST: a folder (one named by a number too, as a
+    state partition's is) exists while any object is under it."""
+    jvm, made, folder, _ = _s3a_manager(spark, production_stack)
+    path = jvm.org.apache.hadoop.fs.Path
+    _write(jvm, made, f"{folder}/state/0/1/1.changelog", CONTENT, overwrite=False)
+    _write(jvm, made, f"{folder}/commits/0", CONTENT, overwrite=False)
+    for existing in ("state", "state/0", "state/0/1", "state/0/1/1.changelog", "commits", "commits/0"):
+        assert made.exists(path(f"{folder}/{existing}")), existing
+    for missing in ("state/1", "state/0/1/2.changelog", "offsets", "metadata"):
+        assert not made.exists(path(f"{folder}/{missing}")), missing
