@@ -92,7 +92,7 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
   }
 
   /** Whether {@code path} is a batch's file in a streaming query's offset or commit log. */
-  static boolean isLogFile(Path path) {
+  private static boolean isLogFile(Path path) {
     Path folder = path.getParent();
     return folder != null
         && (folder.getName().equals("offsets") || folder.getName().equals("commits"))
