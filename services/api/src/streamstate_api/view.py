@@ -290,8 +290,6 @@ class StateView:
         written = self._written
         if written is None:
             return dict(zip(names, self._store.get_many(names))), keys
-        if not names:
-            return {}, keys
         read = [name for name, maybe in zip(names, written.may_hold(names)) if maybe]
         current: dict[bytes, bytes | None] = dict.fromkeys(names)
         if read:

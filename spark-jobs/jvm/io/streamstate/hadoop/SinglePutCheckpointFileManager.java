@@ -51,8 +51,8 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
   /** S3A's create without its existence probes; an option other file systems ignore. */
   static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
 
-  /** A batch's file in a metadata log folder ({@code offsets/12}, {@code commits/12}, {@code 99.compact}). */
-  private static final Pattern LOG_FILE_NAME = Pattern.compile("[0-9]+(\\.compact)?");
+  /** A batch's file in an offset or commit log folder ({@code offsets/12}, {@code commits/12}). */
+  private static final Pattern LOG_FILE_NAME = Pattern.compile("[0-9]+");
 
   private final boolean abortable;
   private final FileSystem fs;
