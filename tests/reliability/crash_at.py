@@ -49,12 +49,29 @@ MARKER_ENV, POINT_ENV, JOB_GROUP_ENV = "STREAMSTATE_TEST_CRASH_MARKER", "STREAMS
 STALL_TOPIC_ENV = "STREAMSTATE_TEST_STALL_TOPIC"
 
 
+def write_marker(marker: Path, text: str, *, exclusive: bool = False) -> bool:
+    """Publish ``marker`` whole: tests wait for it to exist and then read it, so it appears
+    with its text or not at all. ``exclusive``: only if no marker exists yet (False if one does)."""
+    draft = marker.with_name(f".{marker.name}.{os.getpid()}.draft")
+    draft.write_text(text)
+    try:
+        if not exclusive:
+            draft.replace(marker)
+            return True
+        try:
+            os.link(draft, marker)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        draft.unlink(missing_ok=True)
+
+
 def crash(what: str) -> None:
     """Mark the crash once, then SIGKILL the job's process group (the driver and its JVM) and,
     from a Python worker, the worker daemon's own group (Spark's daemon makes one), so no
     worker goes on to commit after the crash."""
-    marker = Path(os.environ[MARKER_ENV])
-    marker.write_text(f"{what}; then the job was killed\n")
+    write_marker(Path(os.environ[MARKER_ENV]), f"{what}; then the job was killed\n")
     os.killpg(int(os.environ[JOB_GROUP_ENV]), signal.SIGKILL)
     os.killpg(os.getpgid(0), signal.SIGKILL)
 

@@ -17,7 +17,7 @@ from pyspark.daemon import manager
 
 from streamstate_jobs.kafka import partition_writer
 from tests.reliability.crash_at import (
-    BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, STALL_MID, STALL_TOPIC_ENV, crash,
+    BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, STALL_MID, STALL_TOPIC_ENV, crash, write_marker,
 )
 
 POINT = os.environ[POINT_ENV]
@@ -51,12 +51,9 @@ def produce(self, topic: str, key: str | None, payload: str | None) -> None:
     if topic != os.environ.get(STALL_TOPIC_ENV) or self.producing is None or MARKER.exists():
         return
     self.delivery.check(self.producing.flush(self.flush_timeout_s), self.flush_timeout_s)
-    try:
-        with MARKER.open("x") as marker:
-            marker.write(f"task {self.partition} of batch {self.transactions.batch_id} stalled with {self.delivery.sent} "
-                         f"records acknowledged in its open transaction, the last on {topic}\n")
-    except FileExistsError:  # another task stalls
-        return
+    if not write_marker(MARKER, f"task {self.partition} of batch {self.transactions.batch_id} stalled with {self.delivery.sent} "
+                        f"records acknowledged in its open transaction, the last on {topic}\n", exclusive=True):
+        return  # another task stalls
     _wait_for_release()
 
 
@@ -67,8 +64,8 @@ def commit(self) -> None:
     if POINT == IN_TRANSACTION:
         crash(f"task {partition} of batch {batch_id}: {self.delivery.sent} records acknowledged in its open transaction")
     if POINT == STALL:
-        MARKER.write_text(f"task {partition} of batch {batch_id} stalled with {self.delivery.sent} records in its open transaction "
-                          f"of transactional id {self.transactional_id}\n")
+        write_marker(MARKER, f"task {partition} of batch {batch_id} stalled with {self.delivery.sent} records in its open "
+                     f"transaction of transactional id {self.transactional_id}\n")
         _wait_for_release()
         return _commit(self)
     MEETING.mkdir(exist_ok=True)
