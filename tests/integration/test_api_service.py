@@ -129,8 +129,10 @@ def test_readiness_flips_after_catch_up_and_a_restart_serves_the_same_view_from_
     assert early.status_code == 503 and early.json()["ready"] is False and early.json()["reason"]
     assert first.metric("streamstate_api_ready") == 0
     first.wait_ready()
-    # Ready means complete: everything published before the start is in the view at once.
+    # Ready means complete: everything published before the start is in the view at once, and
+    # the catch-up's own figures are there (set before readiness, which a reader waits for).
     assert first.metric("streamstate_api_view_size", view="sessions") == expected_sessions
+    assert first.metric("streamstate_api_catch_up_records") == count + count // 10 + 50 + 600
     assert first.metric("streamstate_api_view_size", view="alerts") == 300
 
     def snapshot(api: ApiProcess) -> dict:

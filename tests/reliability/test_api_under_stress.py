@@ -203,7 +203,7 @@ def test_api_killed_mid_rebuild_resumes_from_its_store_and_equals_the_topics(pip
         api = _start_ready(stack, client)
         log = api.log_path.read_text()
         resumed = log[log.rindex("Started server process"):] if "Started server process" in log else log
-        assert "catching up from the offsets in the view's store" in resumed, "the restart resumed instead of rebuilding"
+        assert "catching up from the offsets in the view's store" in resumed, "the restart rebuilt from the start instead of resuming"
 
         listed, cursor = {}, None
         while True:

@@ -529,12 +529,9 @@ class ViewFollower(threading.Thread):
 
     def _check_caught_up(self) -> None:
         if self._targets is not None and not self._remaining(self._targets):
-            with self._state_lock:
-                self._caught_up = True
-            self._view.rebuilt()
             started = self._progress_start
             took = ""
-            if started is not None:
+            if started is not None:  # before readiness, which is what a reader of them waits for
                 seconds = time.monotonic() - started[0]
                 self._metrics.catch_up_seconds.set(seconds)
                 self._metrics.catch_up_records.set(started[1])
@@ -542,6 +539,9 @@ class ViewFollower(threading.Thread):
                     f" in {seconds:.1f}s ({started[1]:,} records, {started[1] / max(seconds, 1e-9):,.0f}/s, "
                     f"{self._fetch_wait_s:.1f}s of it waiting for records)"
                 )
+            with self._state_lock:
+                self._caught_up = True
+            self._view.rebuilt()
             log.info("view follower: caught up%s (%s)", took, self._view.sizes())
             self._publish_ready()
 
