@@ -83,6 +83,9 @@ if TYPE_CHECKING:
 # (source, partition, offset, record or None for a record that failed to decode)
 Consumed = tuple[Source, int, int, Record | None]
 _SESSIONS, _SERIES, _ALERTS = Source.SESSIONS, Source.SERIES, Source.ALERTS  # an Enum member lookup is a call
+# The first bytes of the store keys a batch reads (_current): only these need the rebuild's key
+# filter (the active index and the alerts are written, never read back by a batch).
+_READ_PREFIXES = frozenset(prefix[0] for prefix in (SESSION, SESSION_GRAVE, SERIES, SERIES_GRAVE))
 _SESSION_BODY = SESSION_HEAD.size
 _SERIES_BODY = SERIES_HEAD.size
 
@@ -248,7 +251,7 @@ class StateView:
             with self._lock:
                 new_alerts = self._apply_alerts(alerts, puts)
             # Before the write: a batch whose write fails is applied again, and can only read more.
-            if self._written is not None and not self._written.add(list(puts)):
+            if self._written is not None and not self._written.add([key for key in puts if key[0] in _READ_PREFIXES]):
                 self._written = None  # past the filter's bound: every key is read from here on
             self._store.write(puts, changed, counters)
             with self._lock:
