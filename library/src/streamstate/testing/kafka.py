@@ -92,6 +92,19 @@ def produce(bootstrap_servers: str, topic: str, records: Iterable[Record]) -> in
     return sent
 
 
+# Refusals of a create that a later attempt can pass: a request that got no answer, a broker
+# handle librdkafka dropped with the request on it, a controller moving on a new cluster.
+_CREATE_RETRIED = frozenset({
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._DESTROY_BROKER,
+    KafkaError.NOT_CONTROLLER, KafkaError.REQUEST_TIMED_OUT,
+})
+
+
+def create_worth_retrying(error: object) -> bool:
+    """Whether a topic create that failed with ``error`` can pass if sent again."""
+    return isinstance(error, KafkaError) and (error.code() in _CREATE_RETRIED or error.retriable())
+
+
 @dataclass
 class KafkaBroker:
     """A running broker: where to reach it, and the reads and writes a test needs."""
@@ -102,14 +115,34 @@ class KafkaBroker:
     def __post_init__(self) -> None:
         self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
 
-    def new_topic(self, name: str | None = None, partitions: int = 1, config: dict[str, str] | None = None) -> str:
-        """Create a topic (a fresh random name unless given) and return its name."""
+    def new_topic(self, name: str | None = None, partitions: int = 1, config: dict[str, str] | None = None, timeout_s: float = 30.0) -> str:
+        """Create a topic (a fresh random name unless given) and return its name once every
+        partition is in the broker's metadata.
+
+        A create refused in a way a later one can pass (:func:`create_worth_retrying`: a broker
+        that has just started moves its controller for a while) is sent again until
+        ``timeout_s``; a name that already exists is an error, unless an earlier attempt of
+        this call made it and its answer was lost."""
         topic = name or f"test-{uuid.uuid4().hex[:10]}"
-        futures = self._admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])
-        try:
-            futures[topic].result(30)
-        except KafkaException as error:
-            raise KafkaTestError(f"creating topic {topic}: {error}") from error
+        deadline = time.monotonic() + timeout_s
+        attempts = 0
+        while True:
+            attempts += 1
+            futures = self._admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})], request_timeout=timeout_s)
+            try:
+                futures[topic].result(timeout_s + 5)
+                break
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if attempts > 1 and isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    break
+                if not create_worth_retrying(error) or time.monotonic() >= deadline:
+                    raise KafkaTestError(f"creating topic {topic} (attempt {attempts}): {error}") from exc
+            time.sleep(0.5)
+        while len(self._admin.list_topics(topic, timeout=max(1.0, deadline - time.monotonic())).topics[topic].partitions) < partitions:
+            if time.monotonic() >= deadline:
+                raise KafkaTestError(f"creating topic {topic}: not all of its {partitions} partitions in the metadata within {timeout_s:g} s")
+            time.sleep(0.1)
         return topic
 
     def produce(self, topic: str, records: Iterable[Record]) -> int:
