@@ -848,15 +848,30 @@ def _producer(config: ClientConfig) -> Producer:
 
 
 # The consumers that read and commit the ids' batches: no transactions, nothing to fence, so
-# kept per Python worker (a consumer's connections cost more than its one read).
-_groups: dict[str, Consumer] = {}
+# kept per Python worker (a consumer's connections cost more than its one read), with when each
+# was last asked for. A worker lives as long as its SparkSession, which may run query after
+# query (a notebook, a test session, the benchmark): each query's ids would keep a consumer, its
+# threads and its connections for good, reconnecting for ever to a broker that has gone. One
+# unused for GROUP_IDLE_S is closed, as Spark's own pool of Kafka producers closes an idle one
+# after 10 minutes; an id used every batch keeps its consumer.
+GROUP_IDLE_S = 600.0
+_groups: dict[str, tuple[Consumer, float]] = {}
+_groups_lock = threading.Lock()
 
 
-def _group(group_id: str, group_config: ClientConfig) -> Consumer:
+def _group(group_id: str, group_config: ClientConfig, idle_s: float = GROUP_IDLE_S) -> Consumer:
     key = _identity({**group_config, "group.id": group_id})
-    if key not in _groups:
-        _groups[key] = Consumer({**group_config, "group.id": group_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
-    return _groups[key]
+    now = time.monotonic()
+    with _groups_lock:
+        idle = [other for other, (_, used) in _groups.items() if other != key and now - used > idle_s]
+        closing = [_groups.pop(other)[0] for other in idle]
+        held = _groups.get(key)
+        consumer = held[0] if held is not None else Consumer(
+            {**group_config, "group.id": group_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
+        _groups[key] = (consumer, now)
+    if closing:  # off the task's path: a consumer whose broker has gone may take a while to close
+        _in_thread("close idle group consumers", lambda: [idle_consumer.close() for idle_consumer in closing])
+    return consumer
 
 
 _probed: dict[str, str | None] = {}
