@@ -367,6 +367,10 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
             run.figure("windows", lambda: windows_throughput.measure(spark, workdir, args.window_events, args.window_keys, args.runs, SEED))
         finally:
             if spark is not None:
+                # Spark's pool of Kafka producers outlives the session in this process's JVM: once
+                # the broker stops, each producer warned of a refused connection every second
+                # through the API figure (about 300 lines a run).
+                spark.sparkContext.setLogLevel("ERROR")
                 spark.stop()
     return run
 
