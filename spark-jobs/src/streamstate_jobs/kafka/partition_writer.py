@@ -870,8 +870,13 @@ def _group(group_id: str, group_config: ClientConfig, idle_s: float = GROUP_IDLE
             {**group_config, "group.id": group_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
         _groups[key] = (consumer, now)
     if closing:  # off the task's path: a consumer whose broker has gone may take a while to close
-        _in_thread("close idle group consumers", lambda: [idle_consumer.close() for idle_consumer in closing])
+        _in_thread("close idle group consumers", lambda: _close_all(closing))
     return consumer
+
+
+def _close_all(consumers: list[Consumer]) -> None:
+    for consumer in consumers:
+        consumer.close()
 
 
 _probed: dict[str, str | None] = {}
