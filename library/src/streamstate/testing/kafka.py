@@ -139,11 +139,17 @@ class KafkaBroker:
                 if not create_worth_retrying(error) or time.monotonic() >= deadline:
                     raise KafkaTestError(f"creating topic {topic} (attempt {attempts}): {error}") from exc
             time.sleep(0.5)
-        while len(self._admin.list_topics(topic, timeout=max(1.0, deadline - time.monotonic())).topics[topic].partitions) < partitions:
+        while len(self._partitions_known(topic, max(1.0, deadline - time.monotonic()))) < partitions:
             if time.monotonic() >= deadline:
                 raise KafkaTestError(f"creating topic {topic}: not all of its {partitions} partitions in the metadata within {timeout_s:g} s")
             time.sleep(0.1)
         return topic
+
+    def _partitions_known(self, topic: str, timeout_s: float) -> dict:
+        try:
+            return self._admin.list_topics(topic, timeout=timeout_s).topics[topic].partitions
+        except KafkaException as error:
+            raise KafkaTestError(f"reading the metadata of topic {topic}: {error}") from error
 
     def produce(self, topic: str, records: Iterable[Record]) -> int:
         """Write (key, value) records, each acknowledged; returns how many."""
