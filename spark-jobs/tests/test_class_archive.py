@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamstate_jobs import class_archive
+from streamstate_jobs import class_archive, spark
 from streamstate_pipeline import class_archives
 
 
@@ -16,19 +16,19 @@ def archives(tmp_path, monkeypatch):
 
 
 def test_no_archive_no_options(archives):
-    assert class_archive.driver_conf({}) == {}
+    assert spark.driver_conf({}) == {}
 
 
 def test_the_archive_of_the_drivers_classpath_joins_the_callers_options(archives, tmp_path):
     jar = tmp_path / "extra.jar"
     jar.write_bytes(b"")
-    conf = {class_archive.CLASSPATH: str(jar), class_archive.JAVA_OPTIONS: "-Dmine=1"}
-    archive = class_archive.driver_archive(conf)
-    assert archive != class_archive.driver_archive({}), "another classpath, another archive"
+    conf = {spark.DRIVER_CLASSPATH: str(jar), spark.DRIVER_JAVA_OPTIONS: "-Dmine=1"}
+    archive = spark.driver_archive(conf)
+    assert archive != spark.driver_archive({}), "another classpath, another archive"
     archive.write_bytes(b"classes")
-    options = class_archive.driver_conf(conf)[class_archive.JAVA_OPTIONS].split()
+    options = spark.driver_conf(conf)[spark.DRIVER_JAVA_OPTIONS].split()
     assert options[:2] == ["-Dmine=1", f"-XX:SharedArchiveFile={archive}"]
-    assert class_archive.driver_conf({}) == {}, "the archive of another classpath is not given"
+    assert spark.driver_conf({}) == {}, "the archive of another classpath is not given"
 
 
 def test_an_output_that_exists_is_kept_without_starting_a_jvm(tmp_path, capsys, monkeypatch):
@@ -45,7 +45,7 @@ def test_a_driver_writing_an_archive_maps_none(archives):
     """A JVM refuses to start with both (Java 17: "DynamicDumpSharedSpaces is unsupported when
     base CDS archive is not loaded"): `--output` elsewhere, with the local archive already
     written, trained nothing."""
-    class_archive.driver_archive({}).write_bytes(b"classes")
-    writing = {class_archive.JAVA_OPTIONS: "-XX:ArchiveClassesAtExit=/elsewhere/spark.jsa -Xlog:cds=off"}
-    assert class_archive.driver_conf(writing) == {}
-    assert "-XX:SharedArchiveFile=" in class_archive.driver_conf({})[class_archive.JAVA_OPTIONS]
+    spark.driver_archive({}).write_bytes(b"classes")
+    writing = {spark.DRIVER_JAVA_OPTIONS: "-XX:ArchiveClassesAtExit=/elsewhere/spark.jsa -Xlog:cds=off"}
+    assert spark.driver_conf(writing) == {}
+    assert "-XX:SharedArchiveFile=" in spark.driver_conf({})[spark.DRIVER_JAVA_OPTIONS]

@@ -19,8 +19,7 @@ from streamstate_stack.launcher import free_port
 from streamstate_stack.servers import KafkaBroker, broker_archive
 
 DRIVER_PROBE = """
-from streamstate_jobs.class_archive import driver_archive
-from streamstate_jobs.spark import build_spark
+from streamstate_jobs.spark import build_spark, driver_archive
 from streamstate_pipeline import binaries
 from streamstate_pipeline.settings import Settings
 

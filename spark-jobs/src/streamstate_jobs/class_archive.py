@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator
 
 from streamstate_pipeline import class_archives
 
@@ -27,9 +26,6 @@ if TYPE_CHECKING:  # pyspark is imported where a JVM is started: the up-to-date 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-PROGRAM = "spark-driver"
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-CLASSPATH = "spark.driver.extraClassPath"
 TRAINING_BATCHES = 3
 # The jobs' default, one state partition per core: with Spark's 200 each training batch opened
 # 200 state stores (12 s a batch; the run took 141 s against 80 s), loading no other class.
@@ -37,33 +33,14 @@ TRAINING_PARTITIONS = 2
 UNREACHABLE = "127.0.0.1:9"  # the discard port: no client finds anything listening there
 
 
-def driver_archive(conf: Mapping[str, str]) -> Path:
-    """The archive of a driver launched with ``conf`` (its extra classpath first, then Spark's jars)."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    jars = Path(_find_spark_home(), "jars", "*")
-    classpath = class_archives.classpath_entries(os.pathsep.join(filter(None, (conf.get(CLASSPATH), str(jars)))))
-    return class_archives.archive_path(PROGRAM, classpath)
-
-
 def local_driver_archive() -> Path:
     """The archive of the driver :func:`~streamstate_jobs.spark.build_spark` starts on a local
     master (the connector's jars and the checkpoint classes on its classpath when installed):
     the one ``make`` builds."""
-    from streamstate_jobs.spark import launch_conf
+    from streamstate_jobs.spark import driver_archive, launch_conf
     from streamstate_pipeline import binaries
 
     return driver_archive(launch_conf(binaries.spark_jars_setting(install=False), "local[2]", {}))
-
-
-def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
-    """``spark.driver.extraJavaOptions`` mapping the driver's archive, the caller's options
-    kept; empty when no archive was built for this classpath, or when the driver writes one
-    (a training run): the JVM refuses to do both."""
-    if class_archives.WRITE_OPTION in conf.get(JAVA_OPTIONS, ""):
-        return {}
-    options = class_archives.use_options(driver_archive(conf))
-    return {JAVA_OPTIONS: " ".join(filter(None, (conf.get(JAVA_OPTIONS), *options)))} if options else {}
 
 
 def _load_client_classes(spark: SparkSession) -> None:
@@ -154,12 +131,12 @@ def _train(options: list[str]) -> None:
     the archive as it exits."""
     from pyspark import SparkContext
 
-    from streamstate_jobs.spark import build_spark
+    from streamstate_jobs.spark import DRIVER_JAVA_OPTIONS, build_spark
     from streamstate_pipeline import binaries
     from streamstate_pipeline.settings import Settings
 
     settings = Settings(spark_jars=binaries.spark_jars_setting(install=False), shuffle_partitions=TRAINING_PARTITIONS)
-    spark = build_spark(settings, "streamstate-class-archive", **{JAVA_OPTIONS.replace(".", "__"): " ".join(options)})
+    spark = build_spark(settings, "streamstate-class-archive", **{DRIVER_JAVA_OPTIONS.replace(".", "__"): " ".join(options)})
     try:
         _exercise(spark)
         _load_client_classes(spark)

@@ -22,10 +22,9 @@ from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql import SparkSession
 
 from streamstate.spark_python import PRELOAD_VARIABLE, worker_python
-from streamstate_jobs import class_archive
 from streamstate_jobs.code_shipping import is_local_master, ship_code
 from streamstate_pipeline.settings import Settings
-from streamstate_pipeline import binaries
+from streamstate_pipeline import binaries, class_archives
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,10 @@ LOCAL_ABSTRACT_FILE_SYSTEM = "io.streamstate.hadoop.NioLocalFs"
 # spark-jobs/jvm/: one PUT per checkpoint file on S3A instead of a write, a copy and a delete.
 CHECKPOINT_FILE_MANAGER = "io.streamstate.hadoop.SinglePutCheckpointFileManager"
 CHECKPOINT_FILE_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
-CLASSPATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+DRIVER_CLASSPATH = "spark.driver.extraClassPath"
+CLASSPATH_KEYS = (DRIVER_CLASSPATH, "spark.executor.extraClassPath")
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+DRIVER_ARCHIVE_PROGRAM = "spark-driver"  # the class archives' name for a Spark driver's
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:
@@ -139,7 +141,7 @@ def build_spark(settings: Settings, app_name: str = "streamstate", **conf: str) 
         builder = builder.config("spark.jars", settings.spark_jars)
     if starts_jvm:
         launch = launch_conf(settings.spark_jars, master, conf)
-        for key, value in {**launch, **class_archive.driver_conf(launch)}.items():
+        for key, value in {**launch, **driver_conf(launch)}.items():
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -154,6 +156,25 @@ def launch_conf(spark_jars: str, master: str, conf: Mapping[str, str]) -> dict[s
     (:func:`checkpoint_io_conf`); the driver's class archive is that classpath's."""
     launch = {**conf, **connector_classpath_conf(spark_jars, master, conf)}
     return {**launch, **checkpoint_io_conf(binaries.checkpoint_io_jar(install=False), master, launch)}
+
+
+def driver_archive(conf: Mapping[str, str]) -> Path:
+    """The class archive (:mod:`streamstate_pipeline.class_archives`) of a driver launched with
+    ``conf``: its extra classpath first, then Spark's jars. ``python -m
+    streamstate_jobs.class_archive`` writes the one of a local master's driver."""
+    jars = Path(_find_spark_home(), "jars", "*")
+    classpath = class_archives.classpath_entries(os.pathsep.join(filter(None, (conf.get(DRIVER_CLASSPATH), str(jars)))))
+    return class_archives.archive_path(DRIVER_ARCHIVE_PROGRAM, classpath)
+
+
+def driver_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """``spark.driver.extraJavaOptions`` mapping the driver's archive, the caller's options
+    kept; empty when no archive was built for this classpath, or when the driver writes one
+    (a training run): the JVM refuses to do both."""
+    if class_archives.WRITE_OPTION in conf.get(DRIVER_JAVA_OPTIONS, ""):
+        return {}
+    options = class_archives.use_options(driver_archive(conf))
+    return {DRIVER_JAVA_OPTIONS: " ".join(filter(None, (conf.get(DRIVER_JAVA_OPTIONS), *options)))} if options else {}
 
 
 def connector_classpath_conf(spark_jars: str, master: str, conf: Mapping[str, str]) -> dict[str, str]:
