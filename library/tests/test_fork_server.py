@@ -34,7 +34,7 @@ sys.exit(code)
 # The launcher, with the probe as one more module its server serves.
 LAUNCHER = (
     "import streamstate.fork_server as f; f.FORKED_MODULES = (*f.FORKED_MODULES, 'probe_module'); "
-    "from streamstate.spark_python import main; main()"
+    "from streamstate.launcher import main; main()"
 )
 
 # The stand-in JVM: runs the launchers the test asks for, one after the other, as Spark starts

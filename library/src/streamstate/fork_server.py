@@ -1,4 +1,4 @@
-"""A fork server for the one-off Python processes a Spark driver starts (:mod:`streamstate.spark_python`).
+"""A fork server for the one-off Python processes a Spark driver starts (:mod:`streamstate.launcher`).
 
 Spark forks its task workers from a daemon, which the launcher preloads. Some Python processes
 it starts as new interpreters every time (``PythonWorkerFactory.createSimpleWorker``):
@@ -42,7 +42,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from streamstate.spark_python import DAEMON
+from streamstate.spark_python import DAEMON, as_python_m, drop_archives, preload, preloaded_modules, prepare_daemon
 
 if TYPE_CHECKING:
     import selectors
@@ -180,8 +180,6 @@ def _receive_request(connection: socket.socket) -> tuple[dict, list[int]]:
 
 def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
     """In the forked child: become the process the launcher would have been, run the module, exit."""
-    from streamstate.spark_python import as_python_m
-
     code = 1
     try:
         for fd in inherited:
@@ -203,8 +201,6 @@ def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
         os.chdir(request["cwd"])
         as_python_m(request["argv"], request["cwd"])
         if sys.argv[0] == DAEMON:
-            from streamstate.spark_python import prepare_daemon
-
             prepare_daemon()
         # runpy runs the module's code anew; preloaded, it would warn of its copy in sys.modules.
         sys.modules.pop(sys.argv[0], None)
@@ -226,8 +222,6 @@ def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
 
 def serve(jvm: int) -> None:
     """Import what the one-off processes import, then fork one per request until ``jvm`` exits."""
-    from streamstate.spark_python import drop_archives
-
     starting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         where = address(jvm, os.environ)
@@ -293,8 +287,6 @@ def fork_for_children(preload: Iterable[str] = ()) -> bool:
 
 def _preload(modules: Iterable[str]) -> None:
     """Import ``modules`` and what PySpark's daemon preloads for its workers (streamstate.spark_python)."""
-    from streamstate.spark_python import preload, preloaded_modules
-
     for failure in preload([*modules, *preloaded_modules(os.environ)]):
         print(failure, file=sys.stderr, flush=True)
 

@@ -15,10 +15,11 @@ makes every zip importer re-read its archive's directory, the jar's thousands of
 included: together a third of the task workers' CPU in the jobs' profile (docs/profile.md).
 
 The pip-installed ``pyspark`` and ``py4j`` are the same releases, byte-compiled, and a jar
-holds no Python. This launcher (the ``streamstate-spark-python`` console script) drops those
-entries from the path, then runs the module Spark asked for with its arguments, as ``python -m`` would.
-With ``STREAMSTATE_FORK_SERVER=on`` the driver's one-off processes are forked from a preloaded
-server instead (:mod:`streamstate.fork_server`).
+holds no Python. The launcher (the ``streamstate-spark-python`` console script,
+:mod:`streamstate.launcher`) drops those entries from the path with :func:`drop_archives`, then
+runs the module Spark asked for with its arguments, as ``python -m`` would. With
+``STREAMSTATE_FORK_SERVER=on`` the driver's one-off processes are forked from a preloaded
+server instead (:mod:`streamstate.fork_server`), which prepares them with the same functions.
 
 For PySpark's daemon it also makes the collection between tasks cheap (:class:`BetweenTasksCollector`),
 and imports once, before it forks the task workers, what each of them would import after
@@ -37,8 +38,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import os
-import runpy
 import sys
 import time
 import warnings
@@ -140,36 +139,6 @@ def as_python_m(arguments: list[str], cwd: str) -> None:
     if not sys.flags.safe_path:
         sys.path.insert(0, cwd)
     sys.argv = list(arguments)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or args[0] != "-m":
-        sys.exit(f"usage: streamstate-spark-python -m <module> [arg ...] (how Spark starts its Python workers); got {args}")
-    status = _forked_by_a_server(args[1:])
-    if status is not None:
-        sys.exit(status)
-    drop_archives()
-    as_python_m(args[1:], os.getcwd())
-    if args[1] == DAEMON:
-        for failure in preload(preloaded_modules(os.environ)):
-            print(failure, file=sys.stderr, flush=True)
-        prepare_daemon()
-    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-
-
-def _forked_by_a_server(arguments: list[str]) -> int | None:
-    """The exit status of ``python -m`` ``arguments`` run in a fork server's child: the server
-    of the process that started this JVM, else this JVM's own for a one-off process with the
-    switch on; None to run it here."""
-    from streamstate import fork_server
-
-    where = fork_server.process_server(arguments[0], os.environ)
-    if where is not None:
-        return fork_server.delegate_to(where, arguments)
-    if fork_server.enabled(arguments[0], os.environ):
-        return fork_server.delegate(arguments)
-    return None
 
 
 def prepare_daemon() -> None:
