@@ -3,7 +3,7 @@ with less in the query, measured beside the anomalies job in the same run.
 
 - ``spark``: Spark's own minimum for a Python stateful query on this input. The Kafka
   source, ``transformWithStateInPandas`` grouped by 8 buckets of series (as many as a new
-  checkpoint of the job has) over as many state partitions as the job picks, a processor
+  checkpoint of the job has, placed as it places them) over as many state partitions as the job picks, a processor
   that registers no state and forwards the sampled points as alerts, and Spark's Kafka
   sink. No validation, no packing, no routing.
 - ``machinery``: the anomalies job as it runs (validation, dead letters, packing, buckets
@@ -35,6 +35,8 @@ from streamstate_jobs.runner import start_query
 from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, Settings
 from streamstate.state import Columns, Emit, State, StateSpec
+from streamstate.state.operators import bucket_of
+from streamstate.state.placement import balanced_labels
 
 SAMPLE_EVERY = 500
 
@@ -70,7 +72,8 @@ class ForwardSampled(StatefulProcessor):
 
 def start_spark_floor(spark: SparkSession, settings: Settings, checkpoint: str) -> StreamingQuery:
     """The ``spark`` floor on ``settings.topic_metrics``, its alerts to ``settings.topic_alerts``."""
-    spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions(spark, checkpoint, settings.shuffle_partitions)))
+    partitions = state_partitions(spark, checkpoint, settings.shuffle_partitions)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     points = (
         spark.readStream.format("kafka")
         .options(**settings.kafka.spark_options(), subscribe=settings.topic_metrics, startingOffsets="earliest")
@@ -81,8 +84,12 @@ def start_spark_floor(spark: SparkSession, settings: Settings, checkpoint: str) 
             "offset",
         )
     )
-    bucket = F.pmod(F.hash("series_id"), F.lit(NEW_CHECKPOINT_BUCKETS))
-    alerts = points.withColumn("bucket", bucket).groupBy("bucket").transformWithStateInPandas(
+    # The job's buckets: as many, placed as a new checkpoint places them (labels filling every
+    # state partition within one; labels 0..7 split 3 and 5 over two partitions, and the fuller
+    # task held the floor's batch back).
+    groups = StateSpec.function(lambda key, value, state: None).buckets(
+        NEW_CHECKPOINT_BUCKETS, balanced_labels(NEW_CHECKPOINT_BUCKETS, partitions))
+    alerts = points.withColumn("bucket", bucket_of(F.col("series_id"), groups)).groupBy("bucket").transformWithStateInPandas(
         ForwardSampled(), "key string, value string", "Append", "None",
     )
     return (
