@@ -38,7 +38,7 @@ CHECKPOINT_FILE_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 DRIVER_CLASSPATH = "spark.driver.extraClassPath"
 CLASSPATH_KEYS = (DRIVER_CLASSPATH, "spark.executor.extraClassPath")
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-DRIVER_ARCHIVE_PROGRAM = "spark-driver"  # the class archives' name for a Spark driver's
+DRIVER_ARCHIVE_PROGRAM = "spark-driver"  # what a Spark driver's class archive is named after
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:
