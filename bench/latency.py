@@ -15,9 +15,8 @@ under load: ten-second periods of one query went from p50 1.5 s / p99 2.2 s to 1
 over its first 70 s (docs/profile.md); the lead-in's own p50/p99 are reported with the figure.
 p50/p99 are per period, and their medians are the figure. Each batch of the measured periods is
 split into phases (driver, source, validation, state, write, commit: :mod:`bench.phases`), whose
-medians come with the figure. Before the job and its floors (:func:`measure_with_floors`), one
-discarded run of the job under the same load warms the JVM (:func:`warm_up`), so that the query
-measured first does not pay for what the others find compiled.
+medians come with the figure. The job's floor without its rule is measured first, the job and
+Spark's floor after it (:func:`measure_with_floors`): a run's first measured query is its slowest.
 """
 
 from __future__ import annotations
@@ -151,7 +150,9 @@ def measure(
     """p50/p99 produce-to-alert latency at ``rate`` points/s, per period and their medians
     (checkpoint: ``workdir/latency`` unless given, e.g. an s3a:// location), of the anomalies
     job unless ``start`` starts another query on the run's topics (:mod:`bench.latency_floor`)."""
-    input_topic, run_settings = _run_topics(settings, trigger)
+    input_topic = f"bench-latency-metrics-{int(time.time())}"
+    create_topics(settings.kafka, [bounded_input_topic(settings, input_topic, 4)])
+    run_settings = fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
     clock = AlertClock(settings.bootstrap_servers, run_settings.topic_alerts, 2)
     clock.start()
     start = start or start_anomalies_job
@@ -224,30 +225,6 @@ def measure(
     }
 
 
-def _run_topics(settings: Settings, trigger: str) -> tuple[str, Settings]:
-    """A fresh input topic (4 partitions) and the run's settings: its trigger, new output topics."""
-    input_topic = f"bench-latency-metrics-{time.time_ns()}"
-    create_topics(settings.kafka, [bounded_input_topic(settings, input_topic, 4)])
-    return input_topic, fresh_outputs(settings.model_copy(update={"topic_metrics": input_topic, "trigger_interval": trigger}), "latency")
-
-
-def warm_up(spark, settings: Settings, workdir: Path, rate: int, seconds: float, trigger: str = "250 milliseconds") -> None:
-    """The job under the figure's load for ``seconds``, then caught up, and nothing measured.
-
-    The first streaming query a JVM runs under steady load is slower than the ones after it,
-    whatever it runs: the same job measured three times in one run gave p50 394, 360 and 353 ms
-    (docs/profile.md). Without this the job, measured first, paid for what its floors then
-    found compiled."""
-    input_topic, run_settings = _run_topics(settings, trigger)
-    query = start_anomalies_job(spark, run_settings, str(workdir / "latency-warm-up"))
-    try:
-        print(f"  latency JVM warm-up: the job for {seconds:.0f}s at {rate:,}/s, then caught up (discarded)", flush=True)
-        produce_at_rate(run_settings, input_topic, rate, seconds, seed=99)
-        wait_caught_up(query, input_ends(settings.bootstrap_servers, input_topic, 4), limit_s=180)
-    finally:
-        query.stop()
-
-
 def phase_medians(batches: list[dict[str, int]]) -> dict[str, float]:
     """Each phase's median over ``batches`` (progress ``durationMs`` and the state operator's timings)."""
     names = sorted({name for batch in batches for name in batch if name != "rows"})
@@ -257,16 +234,26 @@ def phase_medians(batches: list[dict[str, int]]) -> dict[str, float]:
 def measure_with_floors(
     spark, settings: Settings, workdir: Path, runs: int, rate: int, seconds: float, lead_in_s: float,
 ) -> dict[str, Any]:
-    """:func:`measure` of the anomalies job, then of its floors (:mod:`bench.latency_floor`) under
-    the same input, one after the other in this run, after a :func:`warm_up` as long as a
-    measured query's load before its periods."""
+    """:func:`measure` of the anomalies job and of its floors (:mod:`bench.latency_floor`) under
+    the same input, one after the other in this run: :data:`MEASURED_FIRST` first, then the job,
+    then the other floors."""
     from bench.latency_floor import FLOORS
 
-    warm_up(spark, settings, workdir, rate, lead_in_s + seconds)
-    result = measure(spark, settings, workdir, runs, rate, seconds, lead_in_s=lead_in_s)
-    result["floors"] = {}
-    for name, start in FLOORS.items():
+    def floor(name: str) -> dict[str, Any]:
         print(f"  latency floor '{name}':", flush=True)
-        result["floors"][name] = measure(spark, settings, workdir, runs, rate, seconds,
-                                         checkpoint=str(workdir / f"latency-floor-{name}"), start=start, lead_in_s=lead_in_s)
+        return measure(spark, settings, workdir, runs, rate, seconds, checkpoint=str(workdir / f"latency-floor-{name}"),
+                       start=FLOORS[name], lead_in_s=lead_in_s)
+
+    floors = {name: floor(name) for name in FLOORS if name == MEASURED_FIRST}
+    print("  latency of the job:", flush=True)
+    result = measure(spark, settings, workdir, runs, rate, seconds, lead_in_s=lead_in_s)
+    result["floors"] = {**floors, **{name: floor(name) for name in FLOORS if name not in floors}}
     return result
+
+
+# The query a run measures first has a p50 30-50 ms above the same query measured later in the
+# same run, even after a discarded run of the same job under the same load (docs/profile.md,
+# 2026-12-05, night; the cause is not found). The job and Spark's floor, whose ratio is the
+# goal, are therefore both measured after the job's floor without its rule, a diagnostic row.
+MEASURED_FIRST = "machinery"
+

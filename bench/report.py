@@ -161,7 +161,7 @@ def _batch_with_phases(latency: dict[str, Any]) -> str | None:
 
 
 def _latency_floor_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """The latency's floors measured after it in the same run (``bench.latency_floor``), each
+    """The latency's floors measured in the same run (``bench.latency_floor``), each
     as p50 / p99 and its median batch with its phases."""
     rows = []
     batch = _batch_with_phases(f)
