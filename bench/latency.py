@@ -251,8 +251,8 @@ def measure_with_floors(
     return result
 
 
-# The query a run measures first has a p50 30-50 ms above the same query measured later in the
-# same run, even after a discarded run of the same job under the same load (docs/profile.md,
+# The query a run measures first, the job or Spark's floor alike, has a p50 30-50 ms above the same
+# query measured later in the same run, even after a discarded run of the same job under the same load (docs/profile.md,
 # 2026-12-05, night; the cause is not found). The job and Spark's floor, whose ratio is the
 # goal, are therefore both measured after the job's floor without its rule, a diagnostic row.
 MEASURED_FIRST = "machinery"
