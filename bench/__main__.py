@@ -376,8 +376,11 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.measure import stop_on_signals
+
     bench_started = time.perf_counter()
     args = parse_args(argv)
+    stop_on_signals()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # The broker's data and the checkpoints (0.4-1.7 GB a run) are scratch, removed however the run ends.
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -409,4 +412,9 @@ if __name__ == "__main__":
     if sys.flags.hash_randomization and "PYTHONHASHSEED" not in os.environ:
         # Spark's Python workers hash with seed 0: so must the process they are forked from.
         os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as interrupt:  # the broker and the SparkSession were stopped on the way out
+        print(f"bench: interrupted{f' ({interrupt})' if str(interrupt) else ''}; the figures measured before it are in "
+              "the --out file", file=sys.stderr)
+        sys.exit(130)

@@ -39,6 +39,8 @@ def produce(bootstrap: str, topic: str, records, partitions: int = INPUT_PARTITI
     own writer: keyed, so each key stays in one partition in order; every delivery checked."""
     create_topics(KafkaConnection(bootstrap), [bounded_input_topic(Settings(), topic, partitions)])
     summary = produce_records(KafkaConnection(bootstrap), records, progress=False, linger__ms=20, batch__size=1_000_000)
+    if summary.interrupted:  # the writer took Ctrl-C as a stop, and flushed: so does the benchmark
+        raise KeyboardInterrupt(f"producing {topic}: {summary.line()}")
     if not summary.ok:
         raise RuntimeError(f"producing {topic}: {summary.line()}")
     return summary.sent

@@ -1,13 +1,15 @@
 """What every throughput figure shares: fresh output topics per run, timing a Spark query
-from its progress, running a Quix peer in its own venv, medians over runs, and the words
-for the broker and connector every figure runs on."""
+from its progress, running a Quix peer in its own venv, medians over runs, the words
+for the broker and connector every figure runs on, and how a run is stopped."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +22,15 @@ from streamstate_pipeline.topics import TopicSpec, create_topics, load_topics
 QUIX_VENV = REPO_ROOT / ".venv" / "peers" / "quix"
 QUIX_REQUIREMENTS = Path(__file__).resolve().parent / "peers" / "quix-requirements.txt"
 OUTPUT_TOPICS = ("topic_alerts", "topic_sessions", "topic_session_state", "topic_metric_state", "topic_dead_letters", "topic_event_counts")
+
+
+def stop_on_signals() -> None:
+    """Have Ctrl-C, ``kill -INT`` and ``kill -TERM`` stop a benchmark through its ``with`` and
+    ``finally`` blocks, so that the broker, the queries and the producers it started stop with it.
+    A shell starts a background command with SIGINT ignored, and Python keeps what it inherits:
+    a run started with ``&`` would not stop on ``kill -INT``, and SIGTERM would end it at once."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def broker_description() -> str:

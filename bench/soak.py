@@ -24,7 +24,6 @@ import argparse
 import atexit
 import json
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -106,12 +105,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the producer and the job are stopped
-    # A shell starts a background command with SIGINT ignored, and Python keeps what it inherits: Ctrl-C
-    # (or kill -INT) would not stop an hour's run started with `&`.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from bench.measure import bounded_input_topic, fresh_outputs, stop_on_signals
+
+    stop_on_signals()  # an hour's run started with `&` stops on kill -INT, its producer and job with it
     from bench.latency import SERIES, AlertClock, producer_command
-    from bench.measure import bounded_input_topic, fresh_outputs
     from streamstate_pipeline.settings import Settings
     from streamstate_stack.launcher import EmbeddedStack
     from streamstate_pipeline.topics import create_topics
