@@ -68,6 +68,23 @@ def test_each_key_gets_the_batch_functions_records_in_its_order(records, event_t
         assert columns["n"] == [row[1]["n"] for row in expected[key]]
 
 
+def test_a_keys_records_read_as_the_list_of_its_rows_would():
+    """records_by_key hands a key's rows over as a range of the sorted table (KeyRecords), built
+    into tuples only when read: read any way a list is, they are the list's rows."""
+    table = table_of([("a", 1, "x", 2_000, 0, 5), ("b", 2, None, 1_000, 1, 6), ("a", 3, None, 1_000, 0, 7), ("a", 4, "y", 3_000, 1, 2)])
+    grouped, values = records_by_key(table, event_time=True, ordered_by_offset=True)
+    rows = grouped["a"]
+    as_list = list(rows)
+    assert [values.row(row[1])["n"] for row in as_list] == [3, 1, 4]  # in event time
+    assert [row[2:] for row in as_list] == [(1_000, "in", 0, 7), (2_000, "in", 0, 5), (3_000, "in", 1, 2)]
+    assert len(rows) == 3 and [rows[i] for i in range(3)] == as_list and rows[-1] == as_list[-1]
+    assert rows[1:] == as_list[1:] and rows[::-1] == as_list[::-1] and rows[5:] == []
+    assert list(rows.records) == [row[1] for row in as_list] and Columns(values, rows.records)["n"] == [3, 1, 4]
+    assert rows.times() == [row[2] for row in as_list]
+    with pytest.raises(IndexError):
+        rows[3]
+
+
 def test_keys_arrow_cannot_sort_are_grouped_and_sorted_per_key():
     """Dictionary-encoded keys: no Arrow sort, so each key's rows are sorted on their own and
     its columns read row by row, in that order, not as a slice of the table."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -210,7 +210,7 @@ class Bucket:
             entry[TEXT], entry[DEADLINE], entry[DIRTY] = run.committed, run.deadline, True
         entry[LAST_SEEN] = self.visit
 
-    def apply_records(self, by_key: Iterable[tuple[Any, list[tuple]]], values: ValueSource = ROW_VALUES) -> None:
+    def apply_records(self, by_key: Iterable[tuple[Any, Sequence[tuple]]], values: ValueSource = ROW_VALUES) -> None:
         """Each key's records of the batch (rows laid out as ``INPUT_COLUMNS``, their values
         records of ``values``)."""
         self.values = values

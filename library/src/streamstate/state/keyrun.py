@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from streamstate.state.kinds import RowKind
-from streamstate.state.columns import NO_VALUES, ROW_VALUES, Columns, ValueSource
+from streamstate.state.columns import NO_VALUES, ROW_VALUES, Columns, KeyRecords, ValueSource
 from streamstate.state.outputs import as_outputs, dead_letter_value, output_row, snapshot_payload
 from streamstate.state.state import NO_STATE, StateCodec, StateDriver, StateTypeError, describe_key, one_line
 
@@ -200,13 +200,14 @@ class KeyRun:
         return f"late record: event time {row[TIME]} ms is at or behind the watermark {self.watermark_ms} ms"
 
     # ------------------------------------------------------------------ deadlines
-    def touched_deadline(self, times: Iterable[int | None], previous: int | None) -> int | None:
-        """The idle deadline after data: last event time (or now) plus the timeout."""
+    def touched_deadline(self, rows: Sequence[tuple], previous: int | None) -> int | None:
+        """The idle deadline after ``rows``: their last event time (or now) plus the timeout."""
         if self.plan.timeout_ms is None or self.committed is None:
             return None
         if not self.plan.event_time:
             return self.driver.state.processing_time_ms + self.plan.timeout_ms
-        candidates = [t + self.plan.timeout_ms for t in times if t is not None]
+        times = rows.times() if type(rows) is KeyRecords else [row[TIME] for row in rows]
+        candidates = [time + self.plan.timeout_ms for time in times if time is not None]
         if previous is not None:
             candidates.append(previous)
         return max(candidates, default=None)
@@ -215,24 +216,24 @@ class KeyRun:
         return None if self.committed is None else self.driver.timeout_after_call(idle_deadline)
 
     # ------------------------------------------------------------------ per batch
-    def _apply(self, rows: list[tuple], kept_deadline: int | None) -> Exception | None:
+    def _apply(self, rows: Sequence[tuple], kept_deadline: int | None) -> Exception | None:
         """One call with ``rows`` (one row per call for a per-record function)."""
         if self.plan.per_record:
             arg = self.values.row(rows[0][VALUE])
         elif self.plan.columnar:
-            arg = Columns(self.values, [row[VALUE] for row in rows])
+            arg = Columns(self.values, rows.records if type(rows) is KeyRecords else [row[VALUE] for row in rows])
         else:
             value_of = self.values.row
             arg = [value_of(row[VALUE]) for row in rows]
         error = self._call(arg)
         if error is None:
-            self.deadline = self._deadline_after_call(self.touched_deadline([row[TIME] for row in rows], kept_deadline))
+            self.deadline = self._deadline_after_call(self.touched_deadline(rows, kept_deadline))
         return error
 
     def _kept_deadline(self) -> int | None:
         return self.deadline if self.committed is not None else None
 
-    def _apply_each(self, rows: list[tuple], with_snapshot: bool) -> None:
+    def _apply_each(self, rows: Sequence[tuple], with_snapshot: bool) -> None:
         """Every row on its own; a failing row is dead-lettered and leaves no trace."""
         for row in rows:
             mark = self._mark()
@@ -247,9 +248,9 @@ class KeyRun:
         """What a call without records gets: no value, an empty list or empty columns."""
         return None if self.plan.per_record else NO_VALUES if self.plan.columnar else []
 
-    def apply_rows(self, rows: list[tuple]) -> None:
-        if not self.values.sorted_by_key:
-            sort_records(self.plan, rows)
+    def apply_rows(self, rows: Sequence[tuple]) -> None:
+        if not self.values.sorted_by_key:  # then the rows are a list (KeyRecords are sorted)
+            sort_records(self.plan, cast(list, rows))
         if self.plan.late_to_dead_letter:
             on_time = []
             for row in rows:
