@@ -136,7 +136,7 @@ class KeyRecords(Sequence[tuple]):
 
     def times(self) -> list:
         """The records' event times (``INPUT_COLUMNS``' third), without a tuple for each record."""
-        return self._columns.lists()[0][self.start:self.stop]
+        return self._columns.column(0)[self.start:self.stop]
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -155,22 +155,23 @@ class KeyRecords(Sequence[tuple]):
 
 
 class _InputColumns:
-    """A sorted table's event time and source columns, converted on the first record read."""
+    """A sorted table's event time and source columns, each converted on its first use."""
 
     __slots__ = ("_arrays", "_lists")
 
     def __init__(self, *arrays: pa.Array | pa.ChunkedArray):
         self._arrays = arrays
-        self._lists: tuple[list, ...] | None = None
+        self._lists: list[list | None] = [None] * len(arrays)
 
-    def lists(self) -> tuple[list, ...]:
-        if self._lists is None:
-            self._lists = tuple(python_values(array) for array in self._arrays)
-        return self._lists
+    def column(self, index: int) -> list:
+        converted = self._lists[index]
+        if converted is None:
+            converted = self._lists[index] = python_values(self._arrays[index])
+        return converted
 
     def row(self, key: Any, number: int) -> tuple:
-        time, topic, partition, offset = self.lists()
-        return (key, number, time[number], topic[number], partition[number], offset[number])
+        column = self.column  # INPUT_COLUMNS from the third on: time, topic, partition, offset
+        return (key, number, column(0)[number], column(1)[number], column(2)[number], column(3)[number])
 
 
 class Columns(Mapping[str, list]):
