@@ -73,13 +73,19 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-def _damage_and_wait_for_the_rebuild(api: InProcessApi, users: list[str], logs: _Records) -> None:
+def _damage_and_wait_for_the_rebuild(api: InProcessApi, bootstrap: str, users: list[str], logs: _Records, ts: int) -> None:
     def rebuilds() -> int:
         return sum("rebuilding the view from the topics" in r.getMessage() for r in logs.records)
 
     before = rebuilds()
-    api.context.view._store.db.flush()  # the sessions into a table file, which the damage then hits
-    table = max(api.context.settings.api_store_path.glob("*.sst"), key=lambda f: f.stat().st_size)
+    # Newer snapshots of every user, flushed into a table file of their own, which the damage
+    # then hits: a block an earlier read left in the block cache is served as it was cached
+    # (a rebuild flushes its store itself, and the check after one reads every user).
+    publish(bootstrap, api.context.settings.topic_session_state, [(u, session_snapshot(u, ts=ts).to_json()) for u in users])
+    view = api.context.view
+    wait_until(lambda: all(view.session(u)[0].ts == ts for u in users), 60, "the newer snapshots to be applied")  # type: ignore[union-attr]
+    api.context.view._store.db.flush()
+    table = max(api.context.settings.api_store_path.glob("*.sst"), key=lambda f: int(f.stem))  # the newest
     garbage(table.stat().st_size // 3, length=4096, seed=7).apply(table)
     statuses = {api.get(f"/sessions/{u}").status_code for u in users}
     assert 503 in statuses, f"the damage was not met: {statuses}"
@@ -102,7 +108,7 @@ def test_a_damaged_store_is_replaced_off_the_serving_loop_and_a_failed_copy_does
     try:
         with InProcessApi(api_settings) as api:
             api.wait_ready()
-            _damage_and_wait_for_the_rebuild(api, users, handler)
+            _damage_and_wait_for_the_rebuild(api, bootstrap, users, handler, ts=2_000)
             set_aside = [r for r in handler.records if "copied to" in r.getMessage()]
             assert set_aside, [r.getMessage() for r in handler.records]
             assert {r.threadName for r in set_aside} != {InProcessApi.SERVER_THREAD}, "the copy ran on the serving loop"
@@ -113,7 +119,7 @@ def test_a_damaged_store_is_replaced_off_the_serving_loop_and_a_failed_copy_does
             corrupt = api_settings.api_store_path.with_name(f"{api_settings.api_store_path.name}.corrupt")
             shutil.rmtree(corrupt)
             corrupt.write_text("in the way")
-            _damage_and_wait_for_the_rebuild(api, users, handler)
+            _damage_and_wait_for_the_rebuild(api, bootstrap, users, handler, ts=3_000)
             assert api.context.follower.is_alive() and api.get("/healthz").status_code == 200
     finally:
         store_log.removeHandler(handler)

@@ -515,10 +515,14 @@ class ViewFollower(threading.Thread):
             return
         log.warning("consumer error on %s[%s]: %s", message.topic(), message.partition(), error.str())
 
-    def _remaining(self, targets: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    def _remaining(self, targets: dict[tuple[str, int], int], applied: bool = False) -> dict[str, dict[str, int]]:
+        """Records left before ``targets``, per topic and partition: from the positions a restart
+        would resume from (the progress reported never runs ahead of what a kill keeps), or from
+        the view's own when ``applied``."""
+        positions_of = self._view.positions if applied else self._view.kept_positions
         remaining: dict[str, dict[str, int]] = {}
         for source, topic in self._topics.items():
-            positions = self._view.positions(source)
+            positions = positions_of(source)
             for (target_topic, partition), end in targets.items():
                 if target_topic != topic or (topic, partition) in self._done_at_eof:
                     continue
@@ -528,7 +532,8 @@ class ViewFollower(threading.Thread):
         return remaining
 
     def _check_caught_up(self) -> None:
-        if self._targets is not None and not self._remaining(self._targets):
+        if self._targets is not None and not self._remaining(self._targets, applied=True):
+            self._view.rebuilt()  # the rebuild's last writes into the store's tables: part of its time
             started = self._progress_start
             took = ""
             if started is not None:  # before readiness, which is what a reader of them waits for
@@ -541,7 +546,6 @@ class ViewFollower(threading.Thread):
                 )
             with self._state_lock:
                 self._caught_up = True
-            self._view.rebuilt()
             log.info("view follower: caught up%s (%s)", took, self._view.sizes())
             self._publish_ready()
 
