@@ -3,8 +3,10 @@ to its apply step as its consuming step hands them over."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import streamstate_api.view as view_module
 from streamstate_api.broadcast import AlertBroadcaster
 from streamstate_api.follower import ViewFollower
 from streamstate_api.metrics import ApiMetrics
@@ -43,5 +45,39 @@ def test_a_record_the_store_cannot_hold_is_a_counted_bad_record_and_later_record
         assert view.positions(Source.SESSIONS) == {0: 3}, "the unstorable record is consumed, not retried"
         assert metrics.registry.get_sample_value("streamstate_api_bad_records_total", {"topic": "s"}) == 1
         assert view.sizes()["sessions"] == 2
+    finally:
+        view.close()
+
+
+def _sessions(partition: int, first: int, count: int) -> list:
+    records = [(f"p{partition}-u{offset}", session_snapshot(f"p{partition}-u{offset}").to_json()) for offset in range(first, first + count)]
+    return [
+        (Source.SESSIONS, partition, first + i, build(Source.SESSIONS, summarize(Source.SESSIONS, key.encode(), value), value))
+        for i, (key, value) in enumerate(records)
+    ]
+
+
+def test_rebuild_progress_counts_only_what_a_flush_kept_even_for_a_partition_at_its_end(tmp_path, monkeypatch):
+    """A cold rebuild writes its store without the log: progress reported must survive a kill.
+    A partition whose end the consumer reached was counted done whatever the store had kept of
+    it, so a kill right after /readyz said 50 % restarted from nothing (the suite's kill
+    mid-rebuild, 2026-12-06)."""
+    monkeypatch.setattr(view_module, "_FLUSH_EVERY_S", 3_600.0)  # the first batch's flush, then none
+    follower, view, _, _ = _follower(tmp_path)
+    try:
+        follower._targets = {("s", 0): 4, ("s", 1): 2}
+        follower._progress_start = (time.monotonic(), 6)
+        follower._apply(_sessions(0, 0, 2))
+        deadline = time.monotonic() + 30
+        while view.kept_positions(Source.SESSIONS).get(0) != 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        follower._apply(_sessions(1, 0, 2))  # applied, not flushed
+        follower._done_at_eof.add(("s", 1))  # the consumer reached partition 1's end
+        progress = follower.readiness()
+        assert progress.remaining == {"s": {"0": 2, "1": 2}}, progress
+        assert ": 2 of 6 records" in progress.reason, progress.reason
+
+        view.rebuilt()  # flushed: all that was applied is kept
+        assert follower.readiness().remaining == {"s": {"0": 2}}
     finally:
         view.close()

@@ -519,14 +519,19 @@ class ViewFollower(threading.Thread):
         """Records left before ``targets``, per topic and partition: from the positions a restart
         would resume from (the progress reported never runs ahead of what a kill keeps), or from
         the view's own when ``applied``."""
-        positions_of = self._view.positions if applied else self._view.kept_positions
         remaining: dict[str, dict[str, int]] = {}
         for source, topic in self._topics.items():
-            positions = positions_of(source)
+            positions = self._view.positions(source)
+            kept = positions if applied else self._view.kept_positions(source)
             for (target_topic, partition), end in targets.items():
-                if target_topic != topic or (topic, partition) in self._done_at_eof:
+                if target_topic != topic:
                     continue
-                left = end - positions.get(partition, 0)
+                position = kept.get(partition, 0)
+                # A partition whose end was reached counts as done (its last offsets may have been
+                # compacted away) once all that was applied of it is kept.
+                if (topic, partition) in self._done_at_eof and position >= positions.get(partition, 0):
+                    continue
+                left = end - position
                 if left > 0:
                     remaining.setdefault(topic, {})[str(partition)] = left
         return remaining
