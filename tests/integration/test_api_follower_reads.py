@@ -1,5 +1,5 @@
-"""How the API's view follower reads its topics, against the real broker: whole batches while it
-catches up, and once caught up a record as soon as it arrives."""
+"""How the API's view follower reads its topics, against the real broker: what the consumer holds,
+up to a whole batch, at once, and a new record as soon as it arrives."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from streamstate_api.follower import next_records
+from streamstate_api.follower import _BATCH, next_records
 from tests.integration.api_harness import publish
 
 pytestmark = pytest.mark.timeout(120)
@@ -23,9 +23,9 @@ def _consumer(bootstrap: str, topic: str) -> Consumer:
     return consumer
 
 
-def _read_one(consumer: Consumer, caught_up: bool, wait_s: float = LONG_WAIT_S) -> tuple[list, float]:
+def _read_one(consumer: Consumer, wait_s: float = LONG_WAIT_S) -> tuple[list, float]:
     started = time.monotonic()
-    records = next_records(consumer, caught_up, wait_s=wait_s)
+    records = next_records(consumer, wait_s=wait_s)
     return records, time.monotonic() - started
 
 
@@ -35,30 +35,34 @@ def test_once_caught_up_a_new_record_is_read_at_once_not_after_the_wait(bootstra
     topic = new_topic(1, "follower-reads")
     consumer = _consumer(bootstrap, topic)
     try:
-        assert _read_one(consumer, caught_up=True, wait_s=1.0)[0] == [], "nothing is there yet"
+        assert _read_one(consumer, wait_s=1.0)[0] == [], "nothing is there yet"
         publish(bootstrap, topic, [(b"u1", b"first")], partition=0)
-        records, waited = _read_one(consumer, caught_up=True)
+        records, waited = _read_one(consumer)
         assert [r.value() for r in records] == [b"first"]
         assert waited < LONG_WAIT_S / 2, f"the read waited {waited:.1f} s for more records"
 
         publish(bootstrap, topic, [(f"u{i}".encode(), b"%d" % i) for i in range(300)], partition=0)
         time.sleep(1)  # fetched: the next read takes what the consumer holds, not one record
-        records, _ = _read_one(consumer, caught_up=True)
+        records, _ = _read_one(consumer)
         assert len(records) > 1 and [r.value() for r in records] == [b"%d" % i for i in range(len(records))]
     finally:
         consumer.close()
 
 
-def test_while_catching_up_a_read_waits_for_a_whole_batch(bootstrap, new_topic):
-    """Catching up keeps the large batches that carry the rebuild's rate: the read waits for up
-    to 5,000 records (here it waits the whole wait, since fewer are there)."""
-    wait_s = 3.0
+def test_a_read_takes_a_whole_batch_when_held_and_what_is_left_without_waiting_for_more(bootstrap, new_topic):
+    """Whole batches carry a rebuild's rate. Before, a read asked for 5,000 records with a 200 ms
+    timeout: the last read of every rebuild (fewer left) waited the timeout out, and so did every
+    read the consumer's queue was short of while a fetch was in flight."""
     topic = new_topic(1, "follower-reads")
-    publish(bootstrap, topic, [(b"u1", b"only")], partition=0)
+    count = _BATCH + 1_000
+    publish(bootstrap, topic, [(f"u{i}".encode(), b"%d" % i) for i in range(count)], partition=0)
     consumer = _consumer(bootstrap, topic)
     try:
-        records, waited = _read_one(consumer, caught_up=False, wait_s=wait_s)
-        assert [r.value() for r in records] == [b"only"]
-        assert waited >= wait_s * 0.9, "catching up reads whole batches"
+        time.sleep(2)  # fetched: the consumer holds them all
+        whole, _ = _read_one(consumer)
+        rest, waited = _read_one(consumer)
+        assert [r.value() for r in whole + rest] == [b"%d" % i for i in range(count)]
+        assert len(whole) == _BATCH, "a whole batch when the consumer holds one"
+        assert waited < LONG_WAIT_S / 2, f"the last {len(rest)} records waited {waited:.1f} s for more"
     finally:
         consumer.close()

@@ -66,16 +66,19 @@ _BROKER_DOWN_CODES = UNANSWERED - {KafkaError._TIMED_OUT}  # the consumer's erro
 _STOP_CHECK_S = _POLL_S
 
 
-def next_records(consumer: Consumer, caught_up: bool, wait_s: float = _POLL_S) -> list[Message]:
-    """The records to apply next, waiting up to ``wait_s`` for one.
+def next_records(consumer: Consumer, wait_s: float = _POLL_S) -> list[Message]:
+    """What the consumer holds, up to ``_BATCH`` records, returned as soon as there is anything;
+    waiting up to ``wait_s`` for a first record only when it holds none.
 
-    While catching up, a batch of up to ``_BATCH`` records (large batches carry the rebuild's
-    rate). Once caught up, what the consumer holds, returned as soon as there is anything:
-    ``consume(_BATCH, timeout)`` waits for a whole batch or the whole timeout, so at a few
-    hundred records a second every snapshot waited up to the timeout before the API served it."""
-    if not caught_up:
-        return consumer.consume(_BATCH, timeout=wait_s)
-    first = consumer.consume(1, timeout=wait_s)  # at once when a record is already there
+    ``consume(_BATCH, timeout)`` would wait for a whole batch or the whole timeout: once caught
+    up, at a few hundred records a second every snapshot waited up to the timeout before the
+    API served it, and a rebuild's last batch (fewer than ``_BATCH`` left) waited the timeout
+    out, as did every batch the consumer's queue was short of while a fetch was in flight.
+    While catching up the queue is full, so batches stay whole and carry the rebuild's rate."""
+    held = consumer.consume(_BATCH, timeout=0)
+    if held:
+        return held
+    first = consumer.consume(1, timeout=wait_s)
     return first + consumer.consume(_BATCH - 1, timeout=0) if first else first
 
 
@@ -264,7 +267,7 @@ class ViewFollower(threading.Thread):
                 if self._view.damage is not None:  # found by a request, or by our own reads
                     raise StoreDamaged(self._view.damage)
                 waited = time.monotonic()
-                messages = next_records(consumer, self._caught_up)
+                messages = next_records(consumer)
                 self._fetch_wait_s += time.monotonic() - waited
                 if messages:
                     batch = self._consumed(messages)
