@@ -341,9 +341,14 @@ def _transaction_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def _settled(size: dict[str, Any]) -> str:
-    """When the rebuild began: once the broker's log cleaner was done with the published snapshots (older results: at once)."""
-    settle_s = size.get("broker_settle_s")
-    return "" if settle_s is None else f", started once the broker was idle ({settle_s:,.0f} s after publishing: its log cleaner)"
+    """When the rebuild began: on a quiet machine, once the broker's log cleaner was done with the
+    published snapshots (older results: at once)."""
+    if "quiet_after_s" not in size:
+        return ""
+    quiet_s = size["quiet_after_s"]
+    if quiet_s is None:
+        return ", started on a machine still busy 600 s after publishing"
+    return f", started once the machine was quiet ({quiet_s:,.0f} s after publishing: the broker's log cleaner)"
 
 
 def _api_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
