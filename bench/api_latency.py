@@ -197,21 +197,28 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (sum(fields) - idle) / ticks, sum(fields) / ticks
 
 
-def wait_until_quiet(busy_share: float = 0.1, window_s: float = 3.0, timeout_s: float = 600.0) -> float | None:
-    """Seconds until the machine's cores are busy less than ``busy_share`` of ``window_s``; None
-    (after a line saying so) when they still are after ``timeout_s``.
+def wait_until_quiet(busy_share: float = 0.1, window_s: float = 3.0, quiet_for_s: float = 21.0, timeout_s: float = 600.0) -> float | None:
+    """Seconds until the machine's cores have been busy less than ``busy_share`` of each
+    ``window_s`` for ``quiet_for_s`` in a row; None (after a line saying so) when that has not
+    happened within ``timeout_s``.
 
-    A compacted topic's freshly published snapshots are compacted by the broker's log cleaner
-    right after: at 10 million, for about a minute, on one of two cores. A cold rebuild started
-    meanwhile measured 187-197k snapshots/s in scratch runs, and 227k/s once it was done. The
+    A compacted topic's freshly published snapshots are compacted by the broker's log cleaner:
+    at 10 million, for about a minute, on one of two cores. A cold rebuild started meanwhile
+    measured 187-197k snapshots/s in scratch runs, and 227k/s once it was done. The cleaner
+    looks for work every 15 s (``log.cleaner.backoff.ms``), so it may start seconds after the
+    publishing ends: quiet for longer than that, the machine has no cleaning left to do. The
     figure before this one may also still be cleaning up."""
     started = time.perf_counter()
+    quiet_since = started
     busy, total = machine_busy_seconds()
     while time.perf_counter() - started < timeout_s:
         time.sleep(window_s)
         now_busy, now_total = machine_busy_seconds()
-        if now_busy - busy < busy_share * (now_total - total):
-            return time.perf_counter() - started
+        now = time.perf_counter()
+        if now_busy - busy >= busy_share * (now_total - total):
+            quiet_since = now
+        elif now - quiet_since >= quiet_for_s:
+            return now - started
         busy, total = now_busy, now_total
     print(f"the machine is still busy after {timeout_s:.0f}s (load average {os.getloadavg()[0]:.1f}); measuring all the same", flush=True)
     return None

@@ -348,7 +348,7 @@ def _settled(size: dict[str, Any]) -> str:
     quiet_s = size["quiet_after_s"]
     if quiet_s is None:
         return ", started on a machine still busy 600 s after publishing"
-    return f", started once the machine was quiet ({quiet_s:,.0f} s after publishing: the broker's log cleaner)"
+    return f", started once the machine had been quiet for 21 s, {quiet_s:,.0f} s after publishing (the broker's log cleaner compacts what was published)"
 
 
 def _api_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
