@@ -197,7 +197,14 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (sum(fields) - idle) / ticks, sum(fields) / ticks
 
 
-def wait_until_quiet(busy_share: float = 0.1, window_s: float = 3.0, quiet_for_s: float = 21.0, timeout_s: float = 600.0) -> float | None:
+# How long the machine must be quiet before a cold rebuild, and how long the bench waits for that.
+QUIET_FOR_S = 21.0
+QUIET_TIMEOUT_S = 600.0
+
+
+def wait_until_quiet(
+    busy_share: float = 0.1, window_s: float = 3.0, quiet_for_s: float = QUIET_FOR_S, timeout_s: float = QUIET_TIMEOUT_S
+) -> float | None:
     """Seconds until the machine's cores have been busy less than ``busy_share`` of each
     ``window_s`` for ``quiet_for_s`` in a row; None (after a line saying so) when that has not
     happened within ``timeout_s``.

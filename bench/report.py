@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.api_latency import QUIET_FOR_S, QUIET_TIMEOUT_S
 from bench.phases import phases_line
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -347,8 +348,11 @@ def _settled(size: dict[str, Any]) -> str:
         return ""
     quiet_s = size["quiet_after_s"]
     if quiet_s is None:
-        return ", started on a machine still busy 600 s after publishing"
-    return f", started once the machine had been quiet for 21 s, {quiet_s:,.0f} s after publishing (the broker's log cleaner compacts what was published)"
+        return f", started on a machine still busy {QUIET_TIMEOUT_S:.0f} s after publishing"
+    return (
+        f", started once the machine had been quiet for {QUIET_FOR_S:.0f} s, {quiet_s:,.0f} s after publishing "
+        "(the broker's log cleaner compacts what was published)"
+    )
 
 
 def _api_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str]]:
