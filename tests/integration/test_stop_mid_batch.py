@@ -84,6 +84,7 @@ def test_an_interrupted_action_reads_as_a_stop(spark):
     interrupted = _raised_in_jvm(lambda: jvm.java.lang.Thread.sleep(10_000))
     short = short_for_spark(interrupted, batch_id=7)
     assert "java.lang.InterruptedException" in str(short) and "\tat " not in str(short)
+    assert short.interrupted, "its py4j traceback is left out of the job's log (InterruptedStopTracebacks)"
     assert _is_read_as_a_stop(spark, _crossed(short))
 
 
@@ -92,7 +93,7 @@ def test_another_jvm_error_keeps_its_class_and_message_and_is_no_stop(spark):
     missing = _raised_in_jvm(lambda: jvm.java.nio.file.Files.readAllBytes(jvm.java.io.File("/nonexistent/streamstate").toPath()))
     short = short_for_spark(missing, batch_id=7)
     assert "java.nio.file.NoSuchFileException: /nonexistent/streamstate" in str(short)
-    assert "\tat " not in str(short)
+    assert "\tat " not in str(short) and not short.interrupted
     assert not _is_read_as_a_stop(spark, _crossed(short))
 
 

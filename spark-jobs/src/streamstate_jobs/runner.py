@@ -69,6 +69,7 @@ from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
 from streamstate_jobs.lost_input import error_conditions, is_source_reset
 from streamstate_jobs.outage import PROBE_TIMEOUT_S, BrokerWatch, failure_message
+from streamstate_jobs.spark_action_errors import InterruptedStopTracebacks
 from streamstate_pipeline.kafka_clients import BrokerUnreachable, require_broker
 from streamstate_jobs.state_snapshots import StoppedQuery, snapshot_stopped
 from streamstate_pipeline.settings import Settings
@@ -397,6 +398,7 @@ def fork_python_processes(settings: Settings) -> bool:
 def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     args, settings = parse_args(spec, argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {spec.service} %(levelname)s %(message)s")
+    logging.getLogger("py4j.clientserver").addFilter(InterruptedStopTracebacks())
     from streamstate_jobs.metrics import JobMetrics
     from streamstate_jobs.spark import build_spark
 
