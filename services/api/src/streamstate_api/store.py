@@ -33,10 +33,10 @@ returning, so a process killed at any moment reopens with values and offsets tha
 A cold rebuild writes without the log (``logged=False``: the log cost it about a twentieth of
 its time at 1,000,000 snapshots, a tenth or more at 10,000,000): a kill then loses what no
 table file holds yet, and the store reopens as it was at its last flush, values and offsets
-still in agreement, since RocksDB flushes whole memtables in the order they were written. Before the first logged write
-after unlogged ones the store flushes: RocksDB replays its log over the table files, and a
-logged write replayed without the unlogged ones before it would leave a store that is no
-earlier state of itself. The view says how far a rebuild is only up to its last flush
+still in agreement, since RocksDB flushes whole memtables in the order they were written.
+Before the first logged write after unlogged ones the store flushes: RocksDB replays its log
+over the table files, and a logged write replayed without the unlogged ones before it would
+leave a store that is no earlier state of itself. The view says how far a rebuild is only up to its last flush
 (:meth:`StateView.kept_positions`), so progress it has reported survives a kill.
 A store that cannot be opened, has another format or was built from other topics is moved
 aside and rebuilt from the topics (:func:`open_store` says why).
