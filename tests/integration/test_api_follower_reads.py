@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from streamstate_api.follower import _BATCH, next_records
+from streamstate_api.follower import READ_BATCH, next_records
 from tests.integration.api_harness import publish
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,7 +54,7 @@ def test_a_read_takes_a_whole_batch_when_held_and_what_is_left_without_waiting_f
     timeout: the last read of every rebuild (fewer left) waited the timeout out, and so did every
     read the consumer's queue was short of while a fetch was in flight."""
     topic = new_topic(1, "follower-reads")
-    count = _BATCH + 1_000
+    count = READ_BATCH + 1_000
     publish(bootstrap, topic, [(f"u{i}".encode(), b"%d" % i) for i in range(count)], partition=0)
     consumer = _consumer(bootstrap, topic)
     try:
@@ -66,7 +66,7 @@ def test_a_read_takes_a_whole_batch_when_held_and_what_is_left_without_waiting_f
             sizes.append(len(read))
             waited += took
         assert [r.value() for r in records] == [b"%d" % i for i in range(count)]
-        assert max(sizes) == _BATCH, f"a whole batch when the consumer holds one: reads of {sizes}"
+        assert max(sizes) == READ_BATCH, f"a whole batch when the consumer holds one: reads of {sizes}"
         assert waited < LONG_WAIT_S / 2, f"reads of {sizes} records waited {waited:.1f} s in all for more"
     finally:
         consumer.close()

@@ -12,7 +12,7 @@ from confluent_kafka import Message
 import streamstate_api.view as view_module
 from streamstate_api.broadcast import AlertBroadcaster
 from streamstate_api.context import tune_collector
-from streamstate_api.follower import _BATCH, ViewFollower
+from streamstate_api.follower import READ_BATCH, ViewFollower
 from streamstate_api.metrics import ApiMetrics
 from streamstate_api.record_contracts import Source, build, summarize
 from streamstate_api.store import open_store
@@ -94,7 +94,7 @@ def test_a_rebuild_batch_is_freed_before_a_young_collection_sees_it(tmp_path):
     With the collector as the API tunes it at start, whole batches come and go between two
     collections."""
     follower, view, _, _ = _follower(tmp_path)
-    snapshots = [(f"u{i}".encode(), session_snapshot(f"u{i}", ts=1_000 + i).to_json()) for i in range(_BATCH)]
+    snapshots = [(f"u{i}".encode(), session_snapshot(f"u{i}", ts=1_000 + i).to_json()) for i in range(READ_BATCH)]
     collections = [0, 0, 0]
 
     def count(phase: str, info: dict) -> None:
@@ -106,7 +106,7 @@ def test_a_rebuild_batch_is_freed_before_a_young_collection_sees_it(tmp_path):
         tune_collector()
         gc.callbacks.append(count)
         for batch in range(4):
-            messages = [Message(topic="s", partition=0, offset=batch * _BATCH + i, key=key, value=value) for i, (key, value) in enumerate(snapshots)]
+            messages = [Message(topic="s", partition=0, offset=batch * READ_BATCH + i, key=key, value=value) for i, (key, value) in enumerate(snapshots)]
             follower._apply(follower._consumed(messages))
             del messages
     finally:
@@ -114,5 +114,5 @@ def test_a_rebuild_batch_is_freed_before_a_young_collection_sees_it(tmp_path):
         gc.set_threshold(*threshold)
         gc.unfreeze()
         view.close()
-    assert view.sizes()["sessions"] == _BATCH and view.positions(Source.SESSIONS) == {0: 4 * _BATCH}
+    assert view.sizes()["sessions"] == READ_BATCH and view.positions(Source.SESSIONS) == {0: 4 * READ_BATCH}
     assert collections == [0, 0, 0], f"collections (young, middle, full) while applying 4 batches: {collections}"

@@ -54,7 +54,8 @@ from streamstate_pipeline.settings import Settings
 log = logging.getLogger("streamstate_api.follower")
 _T = TypeVar("_T")
 
-_BATCH = 5000
+# The most records one read takes: a store write each, and what a test of the reads sizes its input by.
+READ_BATCH = 5000
 _POLL_S = 0.2
 _LAG_REFRESH_S = 5.0
 _GRAVE_PRUNING_S = 600.0  # a scan of the graves: rare, since only their count grows meanwhile
@@ -67,19 +68,19 @@ _STOP_CHECK_S = _POLL_S
 
 
 def next_records(consumer: Consumer, wait_s: float = _POLL_S) -> list[Message]:
-    """What the consumer holds, up to ``_BATCH`` records, returned as soon as there is anything;
+    """What the consumer holds, up to ``READ_BATCH`` records, returned as soon as there is anything;
     waiting up to ``wait_s`` for a first record only when it holds none.
 
-    ``consume(_BATCH, timeout)`` would wait for a whole batch or the whole timeout: once caught
+    ``consume(READ_BATCH, timeout)`` would wait for a whole batch or the whole timeout: once caught
     up, at a few hundred records a second every snapshot waited up to the timeout before the
-    API served it, and a rebuild's last batch (fewer than ``_BATCH`` left) waited the timeout
+    API served it, and a rebuild's last batch (fewer than ``READ_BATCH`` left) waited the timeout
     out, as did every batch the consumer's queue was short of while a fetch was in flight.
     While catching up the queue is full, so batches stay whole and carry the rebuild's rate."""
-    held = consumer.consume(_BATCH, timeout=0)
+    held = consumer.consume(READ_BATCH, timeout=0)
     if held:
         return held
     first = consumer.consume(1, timeout=wait_s)
-    return first + consumer.consume(_BATCH - 1, timeout=0) if first else first
+    return first + consumer.consume(READ_BATCH - 1, timeout=0) if first else first
 
 
 def source_topics(settings: Settings) -> dict[Source, str]:
