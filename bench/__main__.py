@@ -99,7 +99,7 @@ NOTES = [
     "of the same build started for the figure, in the same SparkSession; one discarded warm-up run each. Their ratio "
     "to the embedded rows (checkpoints on the local disk) is the cost of the checkpoint store.",
     "Latency phases (bench/phases.py): each batch of the measured periods is split into driver (its time outside "
-    "Spark's stages: planning, offsets, the foreachBatch callback, scheduling), source (the stage that reads Kafka, "
+    "Spark's stages: planning, offsets, scheduling), source (the stage that reads Kafka, "
     "with its Arrow exchange and shuffle write), validation (contract validation, layout and packing, timed inside "
     "that stage's Python function; none in Spark's floor), state (the stateful operator's allUpdatesTimeMs and "
     "allRemovalsTimeMs), write (the rest of the stateful stage: the Kafka write runs in the same tasks as the "

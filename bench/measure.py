@@ -75,7 +75,7 @@ def query_figures(query, records: int, phases: RunPhases | None = None) -> dict[
     by phase from the event log: the driver, the source's stage, the state, the write, the commit).
 
     ``triggerExecution`` runs from planning the batch (the source's first read follows) to the
-    ``foreachBatch`` writer's delivery-checked flush, so rows / triggerExecution is the rate
+    writer's delivery-checked flush, so rows / triggerExecution is the rate
     from the first record read to the last output written.
     """
     query.awaitTermination()

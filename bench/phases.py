@@ -1,9 +1,8 @@
 """Where a latency figure's batches spend their time, and a throughput run's batch: each batch
 split into phases.
 
-- ``driver``: the batch's time outside its Spark stages: planning, the source's offsets, the
-  Python ``foreachBatch`` callback and the router's planning of its writer's job, scheduling
-  (``triggerExecution`` less the stages' wall time and the checkpoint's logs);
+- ``driver``: the batch's time outside its Spark stages: planning, the source's offsets,
+  scheduling (``triggerExecution`` less the stages' wall time and the checkpoint's logs);
 - ``source``: the stage that reads the input (Spark's Kafka source, and the Arrow exchange
   with the Python worker and the shuffle write in the same tasks), less ``validation``;
 - ``validation``: contract validation, the rows' layout and packing, timed inside the source
@@ -12,7 +11,7 @@ split into phases.
 - ``state``: the stateful operator's share of its stage (its ``allUpdatesTimeMs`` and
   ``allRemovalsTimeMs``);
 - ``write``: the rest of the stateful stage, where the Kafka write runs in the same tasks as
-  the operator (the job's writer in ``foreachBatch`` and Spark's Kafka sink alike): the
+  the operator (the job's writer as the query's last step and Spark's Kafka sink alike): the
   writer's produce and flush, its transaction's commit, the shuffle read, the Python workers'
   start in the task;
 - ``commit``: the checkpoint's logs (the offset log ``walCommit`` and the commit log

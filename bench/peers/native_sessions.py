@@ -3,7 +3,7 @@
 Same source (``read_kafka``: Spark's built-in Kafka connector on the same topic), same parse target (the
 ``UserEvent`` contract's Spark schema, via ``from_json``), same 30-minute event-time gap and
 watermark, ``groupBy(user_id, session_window(...))`` with the session's figures, written to
-Kafka by the same ``foreachBatch`` router. What it does not do, and the sessions job does:
+Kafka by the same router (:func:`~streamstate_jobs.routing.routed`, a ``noop`` sink). What it does not do, and the sessions job does:
 end a session on ``logout`` (``session_window`` has no such rule), de-duplicate by
 ``event_id``, send malformed records to dead letters, raise alerts, publish state snapshots.
 Output mode ``complete`` (session windows support no ``update``): an ``availableNow`` run
@@ -20,7 +20,7 @@ from streamstate_pipeline.contracts import UserEvent
 from streamstate.state.schema import spark_schema
 from streamstate_jobs.sessions import job as sessions_job
 from streamstate_jobs.kafka import read_kafka
-from streamstate_jobs.routing import batch_router
+from streamstate_jobs.routing import routed
 from streamstate_pipeline.settings import Settings
 
 
@@ -53,11 +53,11 @@ def build(spark: SparkSession, settings: Settings) -> DataFrame:
 def start(spark: SparkSession, settings: Settings, checkpoint: str) -> StreamingQuery:
     """One ``availableNow`` run of :func:`build`, routed to ``settings.topic_sessions``."""
     return (
-        build(spark, settings)
+        routed(build(spark, settings), settings, sessions_job.JOB, observed=False)
         .writeStream.queryName("native-session-window")
         .outputMode("complete")
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings, sessions_job.JOB))
+        .format("noop")
         .trigger(availableNow=True)
         .start()
     )

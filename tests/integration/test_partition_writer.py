@@ -154,32 +154,55 @@ def test_a_replayed_batch_writes_nothing_it_had_committed(spark, settings, boots
     assert json.dumps({"n": "older"}) not in _values(bootstrap, alerts)
 
 
-def test_a_query_s_batches_ship_the_writer_s_function_once(spark, settings, bootstrap, new_topic, monkeypatch):
-    # A new mapInArrow function per batch cost each batch's driver a cloudpickle of it and a
-    # new Python function in the JVM; the tasks get each batch's id from a local property.
+def test_a_streaming_query_writes_each_batch_once_under_its_own_id_and_ships_the_writer_once(
+        spark, settings, bootstrap, new_topic, monkeypatch, tmp_path):
+    # The writer is the query's last step (a noop sink): its function is planned once per query,
+    # and each task reads its batch's id and the query's id from Spark's local properties.
+    from pyspark.sql import functions as F
     from pyspark.sql.udf import UserDefinedFunction
 
-    alerts, states = new_topic(partitions=1), new_topic(partitions=2)
-    plan, prefix = plan_for(alerts, states), f"test.{uuid.uuid4().hex}"
+    from streamstate_jobs.checkpoints import query_id
+    from streamstate_jobs.kafka.partition_writer import QueryTransactions, written_rows
+
+    source, alerts, states = new_topic(partitions=1), new_topic(partitions=1), new_topic(partitions=2)
     shipped: list[object] = []
     create = UserDefinedFunction._create_judf
     monkeypatch.setattr(UserDefinedFunction, "_create_judf", lambda self, func: shipped.append(func) or create(self, func))
-
-    for batch_id in (0, 1, 2):
-        rows = spark.createDataFrame([("alert", f"a{batch_id}", json.dumps({"batch": batch_id}))], SCHEMA)
-        write_partitions(rows, settings, plan, BatchTransactions(prefix, batch_id, alerts))
-    write_partitions(spark.createDataFrame([("alert", "again", "{}")], SCHEMA), settings, plan,
-                     BatchTransactions(prefix, 1, alerts))  # batch 1 replayed: committed before, so nothing again
-
+    rows = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source)
+            .option("startingOffsets", "earliest").load()
+            .select(F.lit("alert").alias("kind"), F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("payload")))
+    name, checkpoint = f"test.{uuid.uuid4().hex}", str(tmp_path / "checkpoint")
+    written = written_rows(rows, settings, plan_for(alerts, states), QueryTransactions(name, marker=alerts))
+    query = written.writeStream.format("noop").option("checkpointLocation", checkpoint).start()
+    producer = Producer(producer_config(settings.kafka))
+    try:
+        for batch in range(3):
+            producer.produce(source, key=f"a{batch}", value=json.dumps({"batch": batch}))
+            producer.flush(30)
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
     assert len(shipped) == 1
-    assert _values(bootstrap, alerts) == [json.dumps({"batch": b}) for b in (0, 1, 2)]
+    assert _values(bootstrap, alerts) == [json.dumps({"batch": b}) for b in range(3)]
+    # The ids are the query's own (its checkpoint's): a restarted query's tasks find their batches committed.
+    prefix = f"{name}.{query_id(spark, checkpoint)}"
+    assert _committed_batch(settings, f"{prefix}.0", alerts) == query.lastProgress["batchId"]
 
 
-def test_a_task_without_the_batch_id_property_writes_nothing():
-    from streamstate_jobs.kafka.partition_writer import _task_batch_id
+def _committed_batch(settings, transactional_id: str, marker: str) -> int:
+    client = _TransactionalClient.start(transactional_id, marker, producer_config(settings.kafka), settings.kafka.client_config())
+    return client.committed_batch()
 
-    with pytest.raises(OutputNotDelivered, match="no local property streamstate.output.batchId"):
-        _task_batch_id()
+
+def test_a_task_outside_a_streaming_query_writes_nothing(spark, settings, new_topic):
+    from streamstate_jobs.kafka.partition_writer import QueryTransactions, written_rows
+
+    alerts = new_topic(partitions=1)
+    rows = spark.createDataFrame([("alert", "a", "{}")], SCHEMA)
+    with pytest.raises(Exception, match="no local property streaming.sql.batchId|no local property sql.streaming.queryId"):
+        written_rows(rows, settings, plan_for(alerts, alerts), QueryTransactions("test", marker=alerts)).collect()
+    assert _values(settings.bootstrap_servers, alerts) == []
 
 
 def test_a_task_that_fails_mid_transaction_leaves_nothing_a_read_committed_consumer_sees(spark, settings, bootstrap, new_topic):

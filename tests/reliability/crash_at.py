@@ -5,9 +5,10 @@
 Runs the job's usual command line with one change. When the job reaches the point for the
 first time, it writes ``STREAMSTATE_TEST_CRASH_MARKER`` and SIGKILLs its whole process group:
 
-- ``after-commit``: a batch's write that included alerts returned, every task's transaction
-  committed, and Spark has not written the batch's commit log. The restarted job replays the
-  batch: with output transactions it must write nothing again.
+- ``after-commit``: every task of a batch that wrote alerts has committed its transaction, and
+  Spark has not written the batch's commit log (the last task of the batch to finish kills the
+  job as it returns). The restarted job replays the batch: with output transactions it must
+  write nothing again.
 - ``in-transaction``: a task's records were all acknowledged by the broker inside its open
   transaction (a ``read_uncommitted`` consumer can see them), before it committed.
 - ``between-transactions``: one task of a batch committed its transaction while another task
@@ -23,7 +24,7 @@ acknowledged in its open transaction, writes the marker and stops until ``<marke
 appears; then it produces the rest of its records and commits (a broker lost in the middle of
 a transaction, for tests/reliability/test_broker_lost.py).
 
-The two last points are inside Spark's Python workers: the job runs them with
+Every point is inside Spark's Python workers: the job runs them with
 :mod:`tests.reliability.crash_daemon` as its worker daemon, which arms them before it forks a
 worker. Random SIGKILLs rarely land exactly at any of these points.
 """
@@ -37,8 +38,7 @@ import signal
 import sys
 from pathlib import Path
 
-from streamstate_jobs import routing
-from streamstate_jobs.kinds import Kind
+from streamstate_pipeline.settings import Settings
 
 AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS = "after-commit", "in-transaction", "between-transactions"
 POINTS = (AFTER_COMMIT, IN_TRANSACTION, BETWEEN_TRANSACTIONS)
@@ -46,7 +46,7 @@ STALL = "stall-before-commit"
 STALL_MID = "stall-mid-transaction"
 STALLS = (STALL, STALL_MID)
 MARKER_ENV, POINT_ENV, JOB_GROUP_ENV = "STREAMSTATE_TEST_CRASH_MARKER", "STREAMSTATE_TEST_CRASH_POINT", "STREAMSTATE_TEST_JOB_GROUP"
-STALL_TOPIC_ENV = "STREAMSTATE_TEST_STALL_TOPIC"
+STALL_TOPIC_ENV, TASKS_ENV = "STREAMSTATE_TEST_STALL_TOPIC", "STREAMSTATE_TEST_BATCH_TASKS"
 
 
 def write_marker(marker: Path, text: str, *, exclusive: bool = False) -> bool:
@@ -76,27 +76,17 @@ def crash(what: str) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def _write_then_crash(write, batch, settings, plan, transactions=None):
-    summary = write(batch, settings, plan, transactions)
-    alerts = summary.counts.get(Kind.ALERT, 0)
-    if alerts and not Path(os.environ[MARKER_ENV]).exists():
-        crash(f"{alerts} alerts written (batch {transactions.batch_id if transactions else '?'} committed to Kafka) before "
-              "Spark committed the batch")
-    return summary
-
-
 def main() -> None:
     point, job = sys.argv.pop(1), sys.argv.pop(1)
     if point not in (*POINTS, *STALLS):
         sys.exit(f"crash point {point!r}: one of {', '.join((*POINTS, *STALLS))}")
     os.environ[POINT_ENV] = point
     os.environ[JOB_GROUP_ENV] = str(os.getpgid(0))
-    if point == AFTER_COMMIT:
-        routing.write_partitions = functools.partial(_write_then_crash, routing.write_partitions)
-    else:
-        from streamstate_jobs import spark
+    # The tasks of a batch's write (its state partitions: the job's setting, else one per core).
+    os.environ[TASKS_ENV] = str(Settings().shuffle_partitions or os.cpu_count())
+    from streamstate_jobs import spark
 
-        spark.build_spark = functools.partial(spark.build_spark, spark__python__daemon__module="tests.reliability.crash_daemon")
+    spark.build_spark = functools.partial(spark.build_spark, spark__python__daemon__module="tests.reliability.crash_daemon")
     importlib.import_module(f"streamstate_jobs.{job}.job").main()
 
 

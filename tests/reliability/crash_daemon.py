@@ -16,8 +16,10 @@ from pathlib import Path
 from pyspark.daemon import manager
 
 from streamstate_jobs.kafka import partition_writer
+from streamstate_jobs.kinds import Kind
 from tests.reliability.crash_at import (
-    BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, STALL_MID, STALL_TOPIC_ENV, crash, write_marker,
+    AFTER_COMMIT, BETWEEN_TRANSACTIONS, IN_TRANSACTION, MARKER_ENV, POINT_ENV, STALL, STALL_MID, STALL_TOPIC_ENV, TASKS_ENV,
+    crash, write_marker,
 )
 
 POINT = os.environ[POINT_ENV]
@@ -25,6 +27,7 @@ MARKER = Path(os.environ[MARKER_ENV])
 MEETING = MARKER.with_name(MARKER.name + ".tasks")
 _commit = partition_writer._TransactionalOutput.commit  # noqa: SLF001 - the seam the crash points wrap
 _produce = partition_writer._TransactionalOutput.produce  # noqa: SLF001 - and stall-mid-transaction's
+_write_task = partition_writer._write_task  # noqa: SLF001 - and after-commit's: a task's whole write
 
 
 def _open_elsewhere(batch_id: int, partition: int, wait_s: float) -> int | None:
@@ -57,9 +60,28 @@ def produce(self, topic: str, key: str | None, payload: str | None) -> None:
     _wait_for_release()
 
 
+def write_task(batches, plan, output):
+    """after-commit: each task of a batch, its write done, says how many alerts it wrote; the last
+    one to finish, once all have and some wrote alerts, kills the job before Spark commits the batch."""
+    written = _write_task(batches, plan, output)
+    if not isinstance(output, partition_writer._TransactionalOutput) or MARKER.exists():  # noqa: SLF001
+        return written
+    groups, _ = written
+    alerts = sum(n for (kind, _, _), (n, _) in groups.items() if kind == Kind.ALERT)
+    batch = f"{output.transactions.prefix}.{output.transactions.batch_id}"  # the extra queries' batches have their ids too
+    MEETING.mkdir(exist_ok=True)
+    write_marker(MEETING / f"{batch}.{output.partition}.done", str(alerts))
+    done = list(MEETING.glob(f"{batch}.*.done"))
+    total = sum(int(path.read_text()) for path in done)
+    if len(done) >= int(os.environ[TASKS_ENV]) and total and write_marker(MEETING / f"{batch}.crash", "", exclusive=True):
+        crash(f"{total} alerts written (batch {output.transactions.batch_id} committed to Kafka by all {len(done)} of its "
+              "tasks) before Spark committed the batch")
+    return written
+
+
 def commit(self) -> None:
     batch_id, partition = self.transactions.batch_id, self.partition
-    if POINT == STALL_MID or MARKER.exists() or not self.delivery.sent:
+    if POINT in (STALL_MID, AFTER_COMMIT) or MARKER.exists() or not self.delivery.sent:
         return _commit(self)
     if POINT == IN_TRANSACTION:
         crash(f"task {partition} of batch {batch_id}: {self.delivery.sent} records acknowledged in its open transaction")
@@ -82,8 +104,10 @@ def commit(self) -> None:
     return None
 
 
-assert POINT in (BETWEEN_TRANSACTIONS, IN_TRANSACTION, STALL, STALL_MID), POINT
+assert POINT in (AFTER_COMMIT, BETWEEN_TRANSACTIONS, IN_TRANSACTION, STALL, STALL_MID), POINT
 partition_writer._TransactionalOutput.commit = commit  # type: ignore[method-assign]  # noqa: SLF001
+if POINT == AFTER_COMMIT:
+    partition_writer._write_task = write_task  # noqa: SLF001
 if POINT == STALL_MID:
     partition_writer._TransactionalOutput.produce = produce  # type: ignore[method-assign]  # noqa: SLF001
 

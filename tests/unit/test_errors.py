@@ -17,7 +17,7 @@ from streamstate import errors as library_errors
 from streamstate_pipeline import errors
 from streamstate_pipeline.contracts import ContractError
 from streamstate_jobs.kafka.identity import SourceResetError
-from streamstate_jobs.lost_input import _jvm_origin, error_conditions, is_source_reset, raise_if_lost_input
+from streamstate_jobs.lost_input import _jvm_origin, error_conditions, is_source_reset
 
 PIPELINE_PACKAGES = ("streamstate_pipeline", "streamstate_jobs", "streamstate_api", "streamstate_producers", "streamstate_stack")
 BRANCHES = (
@@ -125,29 +125,12 @@ def test_lost_input_is_recognised_by_the_spark_error_class(condition):
     error = _query_failed(condition)
     assert error_conditions(error) == [condition]
     assert is_source_reset(error)
-    with pytest.raises(SourceResetError, match=f"lost under the checkpoint \\({condition}\\)") as raised:
-        raise_if_lost_input(error)  # what routing does inside foreachBatch
-    assert raised.value.__cause__ is error
-
-
-def test_lost_input_found_in_foreach_batch_crosses_back_without_the_jvm_text():
-    from pyspark.errors.exceptions.base import StreamingQueryException
-
-    trace = "\tat org.apache.spark.SomeClass.method(SomeClass.scala:1)\n" * 200  # as long as a JVM's
-    error = StreamingQueryException(f"[KAFKA_DATA_LOSS] lost\n{trace}", errorClass="KAFKA_DATA_LOSS", messageParameters={})
-    short = RuntimeError("py4j.protocol.Py4JJavaError: An error occurred while calling o1.collect.")
-    with pytest.raises(SourceResetError) as raised:
-        raise_if_lost_input(error, cause=short)
-    assert raised.value.__cause__ is short
-    crossed = "".join(traceback.format_exception(raised.value))  # what py4j sends the JVM
-    assert "SomeClass" not in crossed and len(crossed) < 2000
 
 
 @pytest.mark.parametrize("condition", ["STREAM_FAILED", "KAFKA_DATA_LOSS_LIKE", "KAFKA_START_OFFSET_DOES_NOT_MATCH_ASSIGNED"])
 def test_other_spark_error_classes_are_not_lost_input(condition):
     error = _query_failed(condition)
     assert not is_source_reset(error)
-    raise_if_lost_input(error)  # returns: the caller re-raises the original
 
 
 def test_a_failure_with_no_error_class_has_no_conditions():

@@ -31,10 +31,10 @@ from streamstate_jobs.checkpoint_metadata import (
     engine_shape,
     topic_ids_shape,
 )
-from streamstate_jobs.kafka.identity import SourceResetError, changed_topics, topic_ids
+from streamstate_jobs.kafka.identity import InputTopics, raise_if_changed, topic_ids
 from confluent_kafka import KafkaException
 
-from streamstate_pipeline.kafka_clients import KafkaConnection, admin, broker_settings, reason, require_broker
+from streamstate_pipeline.kafka_clients import KafkaConnection, broker_settings, reason, require_broker
 from streamstate_pipeline.settings import NEW_CHECKPOINT_BUCKETS, UNRECORDED_BUCKETS, Settings
 from streamstate.state.placement import balanced_labels
 
@@ -358,7 +358,8 @@ def bucket_labels(spark: SparkSession, checkpoint: str, wanted: int | None, part
 
 
 class TopicIdentity:
-    """Records the input topics' ids with a checkpoint and checks them before every batch."""
+    """Records the input topics' ids with a checkpoint, checks them as a query starts, and hands
+    the writer tasks what to check before every batch (:class:`InputTopics`)."""
 
     def __init__(self, spark: SparkSession, checkpoint: str, broker: KafkaConnection, topics: list[str]):
         """``broker``: the job's connection (``Settings.kafka``: bootstrap servers and client options)."""
@@ -370,20 +371,15 @@ class TopicIdentity:
         stored = self._files.read_checked(TOPIC_IDS_FILE)
         where = self._files.where(TOPIC_IDS_FILE)
         self._recorded: dict[str, str] = decode(stored, where, topic_ids_shape, TOPIC_IDS_FIX) if stored is not None else {}
-        # One client for every batch's check: a new one cost 7-25 ms of each batch's driver time.
-        self._admin = admin(broker)
 
-    def check(self) -> None:
-        """Raise :class:`SourceResetError` when an input topic is not the one the checkpoint read."""
-        current = topic_ids(self._broker, self._topics, self._admin)
-        changed = changed_topics(self._recorded, current)
-        if changed:
-            described = ", ".join(f"{name} (id {old} -> {new})" for name, (old, new) in sorted(changed.items()))
-            raise SourceResetError(
-                f"input topic {described} was deleted and created again since checkpoint {self._checkpoint} read it: "
-                "its offsets belong to the old topic, and reading on would skip records of the new one"
-            )
+    def check(self) -> InputTopics:
+        """Raise :class:`~streamstate_jobs.kafka.identity.SourceResetError` when an input topic is
+        not the one the checkpoint read; record the ids of topics it has not recorded yet; return
+        them for the tasks to check."""
+        current = topic_ids(self._broker, self._topics)
+        raise_if_changed(self._recorded, current, self._checkpoint)
         missing = {name: topic_id for name, topic_id in current.items() if name not in self._recorded}
         if missing:
             self._recorded = {**self._recorded, **missing}
             self._files.write(TOPIC_IDS_FILE, encode(self._recorded))
+        return InputTopics(self._broker, tuple(sorted(self._recorded.items())), self._checkpoint)

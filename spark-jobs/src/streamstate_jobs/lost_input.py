@@ -6,10 +6,10 @@ refusing to skip offsets that are gone (error class ``KAFKA_DATA_LOSS.*``), and 
 lineage broken). The runner then stops the job, or starts over, instead of restarting into the
 same loss.
 
-Inside ``foreachBatch`` Spark's error is still a JVM exception with its error class, so routing
-turns it into a SourceResetError there (:func:`raise_if_lost_input`). Past the Python function,
-only text crosses back to the JVM: the failed query then carries the SourceResetError's message,
-which starts with its condition code ``[SOURCE_RESET]``, and that code is what is recognised.
+A failed query's error is read with its JVM exception behind it (:func:`query_failure`), and
+Spark's error class along its causes. A SourceResetError raised in a writer task reaches the
+driver only as text inside the JVM's error: its message starts with its condition code
+``[SOURCE_RESET]``, and that code is what is recognised.
 """
 
 from __future__ import annotations
@@ -72,15 +72,23 @@ def is_source_reset(error: object) -> bool:
     """Whether a failed query lost input under its checkpoint."""
     if isinstance(error, SourceResetError) or _data_loss_conditions(error):
         return True
-    # Boundary: a SourceResetError raised in foreachBatch reaches the driver only as text inside
+    # Boundary: a SourceResetError raised in a task reaches the driver only as text inside
     # the query's JVM error; its condition code, which its message starts with, is matched there.
     return SourceResetError.condition in conditions_in(str(error))
 
 
-def raise_if_lost_input(error: BaseException, cause: BaseException | None = None) -> None:
-    """Raise a SourceResetError when Spark failed ``error`` as lost Kafka input, chained from
-    ``cause`` (default ``error``): in ``foreachBatch`` the short form of a Py4JJavaError, whose
-    whole text would break Spark's reading of a stop (:mod:`streamstate_jobs.spark_action_errors`)."""
-    lost = _data_loss_conditions(error)
-    if lost:
-        raise SourceResetError(f"Kafka input was lost under the checkpoint ({lost[0]})") from (cause or error)
+def query_failure(query: Any) -> BaseException | None:
+    """Why a streaming query failed (None: it did not), with its JVM exception behind it.
+
+    PySpark's ``StreamingQuery.exception()`` rebuilds the error from its text and its causes'
+    texts, keeping no JVM exception: a failure in a task (Spark's Kafka source finding records
+    gone, read in the writer's tasks) then shows no error class. Converted from the JVM's own
+    exception, the error's causes are read along the JVM (:func:`error_conditions`). A query
+    without a JVM handle (Spark Connect) gives PySpark's error."""
+    failure = query.exception()
+    jvm_query = getattr(query, "_jsq", None)
+    if failure is None or jvm_query is None:
+        return failure
+    from pyspark.errors.exceptions.captured import convert_exception
+
+    return convert_exception(jvm_query.exception().get())

@@ -43,7 +43,9 @@ from streamstate_jobs.declaration import Counter as DeclaredCounter
 from streamstate_jobs.declaration import Gauge as DeclaredGauge
 from streamstate_jobs.declaration import JobSpec, count_key
 from streamstate_jobs.metrics_server import MAX_CONNECTIONS, READ_TIMEOUT_S, MetricsServer, serve_metrics
+from streamstate_jobs.kafka.partition_writer import BatchSummary
 from streamstate_jobs.kinds import Kind
+from streamstate_jobs.routing import OUTPUT_SUMMARY
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,7 @@ class JobMetrics:
         self.registry = registry or CollectorRegistry()
         self._lock = threading.Lock()
         self._query_names: dict[str, str] = {}
+        self._topic_of_kind: dict[str, str] = {}
         r = self.registry
 
         # -- fed by the listener ----------------------------------------------------------
@@ -288,6 +291,18 @@ class JobMetrics:
             self._server = serve_metrics(self.registry, host, port, read_timeout_s, max_connections)
 
     # -- fed by the job's rows -------------------------------------------------------------
+    def writes_to(self, topic_of_kind: Mapping[str, str]) -> None:
+        """The topic each kind of the job's rows is written to (the records-out metric's label)."""
+        self._topic_of_kind = dict(topic_of_kind)
+
+    def count_written(self, summary_rows: list[Mapping[str, Any]]) -> None:
+        """Count a batch's output from its writer tasks' summary rows (the query's observed
+        metric :data:`~streamstate_jobs.routing.OUTPUT_SUMMARY`, in its progress)."""
+        summary = BatchSummary.merged(summary_rows)
+        self.count_batch(summary.rows, self._topic_of_kind)
+        for kind, payloads in summary.payloads.items():
+            self.read_rows(kind, [json.loads(payload) for payload in payloads])
+
     def count_batch(self, summary: list[Any], topic_of_kind: Mapping[str, str]) -> None:
         """Count a batch's rows, summarised by the writer (kind, label, counter: rows, total); the label
         is what routing's ``count_as`` named: an alert's kind, a dead letter's stage."""
@@ -344,6 +359,9 @@ class JobMetrics:
             self._watermark_ahead.labels(**labels).set(sample.watermark_ahead_seconds)
         for topic, lag in sample.source_lag.items():
             self._source_lag.labels(job=self.job, topic=topic).set(lag)
+        written = (progress.get("observedMetrics") or {}).get(OUTPUT_SUMMARY)
+        if written is not None:
+            self.count_written(written["rows"])
 
     def record_idle(self, query_id: str) -> None:
         """No new data: the rates are zero, whatever the last batch said."""

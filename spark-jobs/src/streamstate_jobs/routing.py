@@ -1,34 +1,33 @@
 """Routing a job's micro-batch of (kind, key, payload) rows to the output topics.
 
-Each job runs ONE streaming query whose rows carry a ``kind``; ``foreachBatch`` has the
-tasks that computed a batch's rows write every kind to its topic, delivery checked, in one
-Spark job (:mod:`streamstate_jobs.kafka.partition_writer`), so a failed write fails the batch
-and Spark re-runs it from the checkpoint, and counts what the tasks wrote into the job's
-Prometheus metrics. With output transactions (the default where the broker has them) a
-re-run writes nothing its first run had committed: a ``read_committed`` consumer sees each
-record once. Without, the re-run writes its records again (at least once; alerts keep their
-ids, and the API shows each once).
+Each job runs ONE streaming query whose rows carry a ``kind``. Its last step has the tasks
+that computed a batch's rows write every kind to its topic, delivery checked
+(:mod:`streamstate_jobs.kafka.partition_writer`), and its sink, Spark's ``noop``, discards
+what the tasks hand back: so a failed write fails the batch and Spark re-runs it from the
+checkpoint, and the batch is ONE Spark job with no Python call on the driver (``foreachBatch``
+cost 15-20 ms of every batch's driver time, docs/profile.md). The job's Prometheus metrics
+count what the tasks wrote from their summaries, which the query observes and each batch's
+progress carries (:data:`OUTPUT_SUMMARY`, read by :mod:`streamstate_jobs.metrics`). With
+output transactions (the default where the broker has them) a re-run writes nothing its first
+run had committed: a ``read_committed`` consumer sees each record once. Without, the re-run
+writes its records again (at least once; alerts keep their ids, and the API shows each once).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from typing import Callable
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streamstate_jobs.declaration import JobSpec
-from streamstate_jobs.kafka.partition_writer import BatchTransactions, OutputPlan, write_partitions
-from streamstate_jobs.lost_input import raise_if_lost_input
-from streamstate_jobs.spark_action_errors import short_for_spark
+from streamstate_jobs.kafka.identity import InputTopics
+from streamstate_jobs.kafka.partition_writer import SUMMARY_COLUMNS, OutputPlan, QueryTransactions, written_rows
 from streamstate_jobs.kinds import Kind
 from streamstate_pipeline.settings import Settings
 
-log = logging.getLogger(__name__)
+# The observed metric that carries a batch's summaries to the driver, in its progress.
+OUTPUT_SUMMARY = "streamstate_output"
 
 
 def count_as(kind: str, payload: str | None) -> str | None:
@@ -42,54 +41,34 @@ def count_as(kind: str, payload: str | None) -> str | None:
     return None
 
 
-def batch_router(
+def routed(
+    rows: DataFrame,
     settings: Settings,
     job: JobSpec,
-    metrics=None,
-    on_batch: Callable[[int, dict[str, int]], None] | None = None,
-    before_batch: Callable[[], None] | None = None,
-    transactional_query: Callable[[], str] | None = None,
-):
-    """A ``foreachBatch`` function writing each kind of row to the topic ``job`` declares for it.
+    transactional_name: str | None = None,
+    inputs: InputTopics | None = None,
+    observed: bool = True,
+) -> DataFrame:
+    """``rows`` written to the topic ``job`` declares for each row's kind, by the tasks that
+    compute them, as the tasks' summaries: a streaming query ends with it and a ``noop`` sink.
 
     A row of a kind the job did not declare fails the batch, and so does a count of a counter it
-    did not declare. ``before_batch`` runs first in every batch (the input-topic identity check):
-    raising there fails the batch before anything of it is written or committed. With
-    ``transactional_query`` (the name of the query's transactional ids, read once its
-    checkpoint exists) every batch is written exactly once."""
+    did not declare. With ``inputs`` each task first checks that the input topics are the ones
+    the checkpoint read, and fails before writing anything when one is not. With
+    ``transactional_name`` (job and query: the tasks add the query's id) every batch is written
+    exactly once. ``observed``: the summaries reach the driver in each batch's progress, as the
+    observed metric :data:`OUTPUT_SUMMARY`, for the job's metrics."""
     topic_of_kind = job.output_topics(settings)
     plan = OutputPlan(
         job.name, topic_of_kind, job.count_names, frozenset(gauge.reads[0] for gauge in job.gauges if gauge.reads), count_as,
     )
-    prefix: list[str] = []  # read at the first batch: the checkpoint's query id exists from then on
-
-    def transactions(batch_id: int) -> BatchTransactions | None:
-        if transactional_query is None:
-            return None
-        if not prefix:
-            prefix.append(transactional_query())
-        return BatchTransactions(prefix[0], batch_id, marker=min(topic_of_kind.values()))
-
-    def route(batch: DataFrame, batch_id: int) -> None:
-        if before_batch is not None:
-            before_batch()
-        try:
-            summary = write_partitions(batch, settings, plan, transactions(batch_id))
-        except (Py4JJavaError, CapturedException) as error:  # a Spark action of this batch failed in the JVM
-            # A Py4JJavaError crosses back short: its whole JVM stack trace would break Spark's reading of a stop.
-            crossing = short_for_spark(error, batch_id) if isinstance(error, Py4JJavaError) else error
-            raise_if_lost_input(error, cause=crossing)
-            if crossing is error:
-                raise
-            raise crossing from None
-        if metrics is not None:
-            metrics.count_batch(summary.rows, topic_of_kind)
-            for kind, payloads in summary.payloads.items():
-                metrics.read_rows(kind, [json.loads(payload) for payload in payloads])
-        if on_batch is not None:
-            on_batch(batch_id, summary.counts)
-
-    return route
+    transactions = None
+    if transactional_name is not None:
+        transactions = QueryTransactions(transactional_name, marker=min(topic_of_kind.values()))
+    summaries = written_rows(rows, settings, plan, transactions, inputs)
+    if not observed:
+        return summaries
+    return summaries.observe(OUTPUT_SUMMARY, F.collect_list(F.struct(*SUMMARY_COLUMNS)).alias("rows"))
 
 
 def state_rows(result, snapshot_kind: Kind) -> DataFrame:

@@ -65,11 +65,11 @@ from streamstate_jobs.kafka.partition_writer import (
     is_fenced,
     transactions_problem,
 )
+from streamstate_jobs.kafka.identity import SourceResetError
 from streamstate_jobs.kafka.timestamps import exposed_topics
 from streamstate_jobs.kafka.unreadable_records import run_past_unreadable_records
-from streamstate_jobs.lost_input import error_conditions, is_source_reset
+from streamstate_jobs.lost_input import error_conditions, is_source_reset, query_failure
 from streamstate_jobs.outage import PROBE_TIMEOUT_S, BrokerWatch, failure_message
-from streamstate_jobs.spark_action_errors import InterruptedStopTracebacks
 from streamstate_pipeline.kafka_clients import BrokerUnreachable, require_broker
 from streamstate_jobs.state_snapshots import StoppedQuery, snapshot_stopped
 from streamstate_pipeline.settings import Settings
@@ -132,12 +132,12 @@ def start_query(
     Raises :class:`~streamstate_pipeline.errors.CheckpointError` when ``checkpoint`` was written with a
     count other than a set one (Spark would silently keep the old partition count; another bucket
     count would lose every key's state), or when the metadata kept next to it is damaged.
-    With ``check_inputs`` (and a Kafka source), every batch first checks that the job's input
-    topics are still the topics the checkpoint read (:class:`TopicIdentity`). Rows may only be
-    of the kinds the job declares.
-    """
+    With ``check_inputs`` (and a Kafka source), the query's start and then every batch's writer
+    tasks check that the job's input topics are still the topics the checkpoint read
+    (:class:`TopicIdentity`). Rows may only be of the kinds the job declares. With ``metrics``,
+    they count what every batch wrote (from its progress: :meth:`JobMetrics.count_written`)."""
     from streamstate_jobs.context import JobContext
-    from streamstate_jobs.routing import batch_router
+    from streamstate_jobs.routing import routed
 
     query = query or job.queries[0]
     finish_interrupted_move(spark, checkpoint)
@@ -146,24 +146,28 @@ def start_query(
     partitions = state_partitions(spark, checkpoint, settings.shuffle_partitions)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     labels = bucket_labels(spark, checkpoint, settings.state_buckets, partitions)
-    identity = None
+    inputs = None
     input_topics = job.input_topics(settings) if check_inputs and settings.source == "kafka" else []
     if input_topics:
-        identity = TopicIdentity(spark, checkpoint, settings.kafka, input_topics).check
+        inputs = TopicIdentity(spark, checkpoint, settings.kafka, input_topics).check()
         for topic, reason in exposed_topics(settings.kafka, input_topics, int(time.time() * 1000)).items():
             log.warning("input topic %s: %s", topic, reason)
-    transactional_query = None
+    transactional_name = transactional_query = None
     if exactly_once(settings):
         check_markers_kept(spark, checkpoint, settings)
+        transactional_name = f"streamstate.{job.name}.{query.name}"
 
-        def transactional_query() -> str:
-            return f"streamstate.{job.name}.{query.name}.{query_id(spark, checkpoint)}"
+        def transactional_query() -> str:  # the tasks' prefix (QueryTransactions), read on the driver
+            return f"{transactional_name}.{query_id(spark, checkpoint)}"
+    if metrics is not None:
+        metrics.writes_to(job.output_topics(settings))
+    rows = query.build(JobContext(spark, settings, job, labels, partitions))
     writer = (
-        query.build(JobContext(spark, settings, job, labels, partitions))
+        routed(rows, settings, job, transactional_name, inputs, observed=metrics is not None)
         .writeStream.queryName(query.name)
         .outputMode(query.output_mode)
         .option("checkpointLocation", checkpoint)
-        .foreachBatch(batch_router(settings, job, metrics, before_batch=identity, transactional_query=transactional_query))
+        .format("noop")
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     # A record whose Kafka timestamp Spark cannot convert is dead-lettered and skipped (issue 51).
@@ -313,7 +317,7 @@ def _run_queries(spark, settings, spec: JobSpec, checkpoint, available_now, metr
             _stop_query(running, settings)
         snapshot_stopped(spark, [StoppedQuery(cp, str(q.runId)) for q, cp in zip(queries, checkpoints)])
     return QueriesRun(
-        failures=[(q.name, q.exception()) for q in queries if q.exception() is not None],
+        failures=[(q.name, failure) for q, failure in ((q, query_failure(q)) for q in queries) if failure is not None],
         new_jvm=new_jvm,
         completed=[q.lastProgress.batchId if q.lastProgress else -1 for q in queries],
     )
@@ -398,7 +402,6 @@ def fork_python_processes(settings: Settings) -> bool:
 def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     args, settings = parse_args(spec, argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {spec.service} %(levelname)s %(message)s")
-    logging.getLogger("py4j.clientserver").addFilter(InterruptedStopTracebacks())
     from streamstate_jobs.metrics import JobMetrics
     from streamstate_jobs.spark import build_spark
 
@@ -434,7 +437,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             before = _last_commits(spark, spec, checkpoint)
             try:
                 run = _run_queries(spark, settings, spec, checkpoint, args.available_now, metrics, stop_requested, sockets)
-            except BrokerUnreachable as exc:  # the broker did not answer as the queries started
+            except (BrokerUnreachable, SourceResetError) as exc:  # as the queries started: no answer, or lost input
                 run = QueriesRun(failures=[(spec.name, exc)], new_jvm=False, completed=[-1] * len(spec.queries))
             failures = run.failures
             if run.new_jvm and not failures and not stop_requested.is_set() and sockets is not None:

@@ -10,8 +10,10 @@ the all-zero id, and then only offsets (checked by the sources at planning) are 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -25,7 +27,7 @@ TIMEOUT_S = 10.0
 
 class SourceResetError(SourceError, RuntimeError):
     """An input topic is not the one the checkpoint was written from, or lost records under it.
-    Its message starts with ``[SOURCE_RESET]``: raised in ``foreachBatch``, it reaches the driver
+    Its message starts with ``[SOURCE_RESET]``: raised in a writer task, it reaches the driver
     as text inside a JVM error, and the runner recognises it there by that code
     (:func:`streamstate_jobs.lost_input.is_source_reset`)."""
 
@@ -63,3 +65,44 @@ def changed_topics(recorded: dict[str, str], current: dict[str, str]) -> dict[st
     return {
         name: (old, current[name]) for name, old in recorded.items() if name in current and current[name] != old
     }
+
+
+def raise_if_changed(recorded: dict[str, str], current: dict[str, str], checkpoint: str) -> None:
+    """Raise :class:`SourceResetError` when a topic's id is not the one ``checkpoint`` recorded."""
+    changed = changed_topics(recorded, current)
+    if changed:
+        described = ", ".join(f"{name} (id {old} -> {new})" for name, (old, new) in sorted(changed.items()))
+        raise SourceResetError(
+            f"input topic {described} was deleted and created again since checkpoint {checkpoint} read it: "
+            "its offsets belong to the old topic, and reading on would skip records of the new one"
+        )
+
+
+@dataclass(frozen=True)
+class InputTopics:
+    """The input topics' ids a checkpoint recorded, checked again by every writer task of every
+    batch before it writes anything (:mod:`streamstate_jobs.kafka.partition_writer`): a topic
+    recreated while the job runs fails the batch before any of its records is written or its
+    offsets are committed. A topic that had no id when the query started is checked from its
+    next start on."""
+
+    broker: KafkaConnection
+    recorded: tuple[tuple[str, str], ...]  # (topic, id): a tuple pickles to the tasks and hashes
+    checkpoint: str
+
+    def check(self) -> None:
+        recorded = dict(self.recorded)
+        raise_if_changed(recorded, topic_ids(self.broker, recorded, _worker_admin(self.broker)), self.checkpoint)
+
+
+# One admin client per Python worker and broker: a new one costs 7-25 ms of connecting, each batch.
+_admins: dict[KafkaConnection, AdminClient] = {}
+_admins_lock = threading.Lock()
+
+
+def _worker_admin(broker: KafkaConnection) -> AdminClient:
+    with _admins_lock:
+        client = _admins.get(broker)
+        if client is None:
+            client = _admins[broker] = admin(broker)
+        return client

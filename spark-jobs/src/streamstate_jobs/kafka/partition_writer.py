@@ -50,7 +50,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Mapping, TypeVar, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,6 +60,7 @@ from pyspark.sql import DataFrame
 
 from streamstate_pipeline.errors import JobError, coded, conditions_in
 from streamstate_jobs.declaration import count_key
+from streamstate_jobs.kafka.identity import InputTopics
 from streamstate_pipeline.kafka_clients import COORDINATOR_NOT_READY, ClientConfig, producer_config, require_broker
 from streamstate_jobs.kinds import Kind
 from streamstate.state.packing import python_values
@@ -74,6 +75,7 @@ _SUMMARY_ARROW = pa.schema(
      ("rows", pa.int64()), ("total", pa.int64()), ("payload", pa.string())]
 )
 SUMMARY_SCHEMA = ", ".join(f"{f.name} {'long' if f.type == pa.int64() else 'string'}" for f in _SUMMARY_ARROW)
+SUMMARY_COLUMNS = tuple(_SUMMARY_ARROW.names)
 # A record is delivered or refused within this (retries included), so a broker outage shorter
 # than it delays the batch, and a longer one fails the task.
 MESSAGE_TIMEOUT_MS = 120_000
@@ -256,6 +258,9 @@ class BatchTransactions:
     def transactional_id(self, partition: int) -> str:
         return f"{self.prefix}.{partition}"
 
+    def of_task(self) -> BatchTransactions:
+        return self
+
 
 CountAs = Callable[[str, str | None], str | None]
 
@@ -299,6 +304,25 @@ class BatchSummary:
     rows: list[dict[str, Any]] = field(default_factory=list)  # kind, label, counter, rows, total
     payloads: dict[str, list[str]] = field(default_factory=dict)  # per read kind, as written
 
+    @classmethod
+    def merged(cls, rows: Iterable[Mapping[str, Any]]) -> BatchSummary:
+        """The summary of a batch from its tasks' summary rows (:data:`SUMMARY_SCHEMA`)."""
+        summary = cls()
+        merged: dict[Group, dict[str, Any]] = {}  # the tasks' rows of one group as one
+        for row in rows:
+            if row["payload"] is not None:
+                summary.payloads.setdefault(row["kind"], []).append(row["payload"])
+                continue
+            group = (row["kind"], row["label"], row["counter"])
+            if group in merged:
+                merged[group]["rows"] += row["rows"]
+                if row["total"] is not None:
+                    merged[group]["total"] += row["total"]
+            else:
+                merged[group] = dict(row)
+        summary.rows = list(merged.values())
+        return summary
+
     @property
     def counts(self) -> dict[str, int]:
         totals: Counter[str] = Counter()
@@ -307,114 +331,70 @@ class BatchSummary:
         return dict(totals)
 
 
-def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, transactions: BatchTransactions | None = None) -> BatchSummary:
-    """Write ``rows`` (kind, key, payload) to the topic of each row's kind, from their own
-    tasks, and return the batch's summary. Rows of kind ``count`` are counted, not written.
+def written_rows(rows: DataFrame, settings: Settings, plan: OutputPlan, transactions: Transactions | None = None,
+                 inputs: InputTopics | None = None) -> DataFrame:
+    """``rows`` (kind, key, payload) as their tasks' summaries (:data:`SUMMARY_SCHEMA`), each
+    task having written its rows to the topic of each row's kind; rows of kind ``count`` are
+    counted, not written. A streaming query ends with it (its sink discards the summaries,
+    which its metrics observe), so the tasks that compute a batch's rows write them, and the
+    batch's offsets and state commit only once every task has written.
 
     With ``transactions`` each task writes its rows in one Kafka transaction and a task of a
-    batch that had committed writes nothing again (its rows are still counted in the summary).
+    batch that had committed writes nothing again (its rows are still counted). With ``inputs``
+    each task checks first that the input topics are the ones the checkpoint read, and fails
+    before writing anything when one is not (:class:`~streamstate_jobs.kafka.identity.InputTopics`)."""
+    tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
+    config = producer_config(settings.kafka, **{key.replace(".", "__"): value for key, value in tuning.items()})
+    group_config = settings.kafka.client_config()
+    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds, plan.count_as)  # a plain dict pickles
 
-    The tasks' function is built once per query (:func:`_task_writer`): the batch id reaches
-    the tasks as the local property :data:`BATCH_ID_PROPERTY`, set around this batch's job."""
-    writer = _task_writer(rows.sparkSession, settings, plan, transactions)
-    context = rows.sparkSession.sparkContext
-    if transactions is not None:  # pinned threads (PySpark's default): this thread's property, this batch's job's
-        context.setLocalProperty(BATCH_ID_PROPERTY, str(transactions.batch_id))
-    try:
-        # Two calls into the JVM with the query's own objects. Through DataFrame.select and the
-        # UDF's call it took a dozen (each column made and resolved, Scala sequences, the UDF
-        # applied), 10-12 ms of a latency batch's driver time against 2-3 (docs/profile.md);
-        # DataFrame.mapInArrow would also pickle and ship the function anew.
-        written = rows._jdf.select(writer.columns).mapInArrow(writer.function, False, None)
-        collected = DataFrame(written, rows.sparkSession).collect()
-    finally:
-        context.setLocalProperty(BATCH_ID_PROPERTY, None)  # type: ignore[arg-type]  # None removes it (Spark's API)
-    summary = BatchSummary()
-    merged: dict[Group, dict[str, Any]] = {}  # the tasks' rows of one group as one
-    for row in collected:
-        if row["payload"] is not None:
-            summary.payloads.setdefault(row["kind"], []).append(row["payload"])
-            continue
-        group = (row["kind"], row["label"], row["counter"])
-        if group in merged:
-            merged[group]["rows"] += row["rows"]
-            if row["total"] is not None:
-                merged[group]["total"] += row["total"]
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if transactions is None:
+            output = _Output(config, inputs)
         else:
-            merged[group] = row.asDict()
-    summary.rows = list(merged.values())
-    return summary
+            output = _TransactionalOutput(config, group_config, transactions.of_task(), inputs)
+        yield from _summary_batches(_write_task(batches, plan, output))
+
+    return rows.select(*WRITTEN_COLUMNS).mapInArrow(write, SUMMARY_SCHEMA)
 
 
-# The driver's local property that hands the tasks of a batch's write its batch id.
-BATCH_ID_PROPERTY = "streamstate.output.batchId"
+def write_partitions(rows: DataFrame, settings: Settings, plan: OutputPlan, transactions: BatchTransactions | None = None) -> BatchSummary:
+    """Write one batch of ``rows`` outside a streaming query (tests, tools): :func:`written_rows`,
+    its summaries collected and merged."""
+    return BatchSummary.merged(row.asDict() for row in written_rows(rows, settings, plan, transactions).collect())
+
+
+# Spark's local properties on the tasks of a streaming query's batch (its stream thread sets them
+# for every job of a batch): the batch's id, and the query's id, the one its checkpoint keeps.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
 WRITTEN_COLUMNS = ("kind", "key", "payload")
 
 
 @dataclass(frozen=True)
-class _TaskWriter:
-    """The JVM's side of a query's writer: ``columns`` the rows' columns it reads, by name (a
-    Scala ``Seq[Column]``), and ``function`` the ``mapInArrow`` UDF over them (a ``Column``)."""
+class QueryTransactions:
+    """Write every batch of a streaming query exactly once: each task's transactional ids are
+    ``name`` (job and query) and the query's own id, and its batch is the one Spark runs (both
+    read from the task's local properties: the same in every run of the query, which a replayed
+    batch needs); ``marker`` as for :class:`BatchTransactions`."""
 
-    columns: Any
-    function: Any
+    name: str
+    marker: str
 
-
-# The tasks' functions of the queries of this driver process, newest last; a few: one per
-# query and output configuration (the tests start many queries in one process).
-_task_writers: dict[tuple[Any, ...], _TaskWriter] = {}
-TASK_WRITERS_KEPT = 16
-
-
-def _task_writer(spark, settings: Settings, plan: OutputPlan, transactions: BatchTransactions | None) -> _TaskWriter:
-    """The ``mapInArrow`` UDF writing a batch's rows, applied to the columns it reads: one per
-    query and output configuration.
-
-    Built anew for every batch it cost each batch's driver 15-20 ms (cloudpickle of the
-    function and its closure, a new Python function object in the JVM) and each task the
-    unpickling of a new command (docs/profile.md). The batch id is what differs between a
-    query's batches, so the tasks read it from :data:`BATCH_ID_PROPERTY`. Its columns name
-    the rows' columns unresolved, so the same objects serve every batch's plan."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.classic.column import _to_java_column, _to_seq
-    from pyspark.sql.functions import pandas_udf
-    from pyspark.util import PythonEvalType
-
-    tuning = {**WRITER_TUNING, **(transaction_timeouts(settings) if transactions is not None else {})}
-    config = producer_config(settings.kafka, **{key.replace(".", "__"): value for key, value in tuning.items()})
-    group_config = settings.kafka.client_config()
-    prefix, marker = (transactions.prefix, transactions.marker) if transactions is not None else (None, None)
-    key = (spark.sparkContext.applicationId, _identity(config), _identity(group_config), plan.job, tuple(sorted(plan.topics.items())),
-           plan.counters, plan.read_kinds, plan.count_as, prefix, marker)
-    writer = _task_writers.get(key)
-    if writer is not None:
-        return writer
-    plan = OutputPlan(plan.job, dict(plan.topics), plan.counters, plan.read_kinds, plan.count_as)  # a plain dict pickles
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if prefix is None or marker is None:
-            output = _Output(config)
-        else:
-            output = _TransactionalOutput(config, group_config, BatchTransactions(prefix, _task_batch_id(), marker))
-        yield from _summary_batches(_write_task(batches, plan, output))
-
-    function = pandas_udf(write, returnType=SUMMARY_SCHEMA, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)  # type: ignore[call-overload]
-    columns = [F.col(name) for name in WRITTEN_COLUMNS]
-    writer = _TaskWriter(_to_seq(spark.sparkContext, columns, _to_java_column), function(*columns)._jc)
-    while len(_task_writers) >= TASK_WRITERS_KEPT:
-        _task_writers.pop(next(iter(_task_writers)))
-    _task_writers[key] = writer
-    return writer
+    def of_task(self) -> BatchTransactions:
+        return BatchTransactions(f"{self.name}.{_local_property(QUERY_ID_PROPERTY)}", int(_local_property(BATCH_ID_PROPERTY)), self.marker)
 
 
-def _task_batch_id() -> int:
-    """The batch a task writes, from the driver's :data:`BATCH_ID_PROPERTY` (:func:`write_partitions`)."""
+Transactions = Union[BatchTransactions, QueryTransactions]
+
+
+def _local_property(name: str) -> str:
     context = TaskContext.get()
-    value = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    value = context.getLocalProperty(name) if context is not None else None
     if value is None:
-        # Never guessed: a wrong batch id would skip a batch's rows or write them twice.
-        raise OutputNotDelivered(f"the task has no local property {BATCH_ID_PROPERTY}: the driver sets it around a batch's write")
-    return int(value)
+        # Never guessed: a wrong batch or query id would skip a batch's rows or write them twice.
+        raise OutputNotDelivered(f"the task has no local property {name}: Spark sets it on a streaming query's tasks")
+    return value
 
 
 def transaction_timeouts(settings: Settings) -> dict[str, int]:
@@ -527,10 +507,19 @@ class _Output:
 
     drains = False
 
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, inputs: InputTopics | None = None) -> None:
         self.config = config
         self.delivery = _Delivery()
         self._producer: Producer | None = None
+        # Asked as the task starts, while its rows are computed; answered before its first record.
+        self.inputs_checked: Future[None] | None = _in_thread("check input topics", inputs.check) if inputs is not None else None
+
+    def require_inputs(self) -> None:
+        """Raise what the input topics' check found (a topic recreated under the checkpoint)
+        before anything of the task is written."""
+        if self.inputs_checked is not None:
+            self.inputs_checked.result()
+            self.inputs_checked = None
 
     @property
     def producer(self) -> Producer:
@@ -544,6 +533,8 @@ class _Output:
         return self._producer
 
     def produce(self, topic: str, key: str | None, payload: str | None) -> None:
+        if self.inputs_checked is not None:
+            self.require_inputs()
         while True:
             try:
                 self.producer.produce(topic, value=payload, key=key, on_delivery=self.delivery)
@@ -568,6 +559,7 @@ class _Output:
         return int(self.config.get("message.timeout.ms", MESSAGE_TIMEOUT_MS)) / 1000 + FLUSH_MARGIN_S
 
     def finish(self) -> None:
+        self.require_inputs()
         if self.producing is not None:
             self.delivery.check(self.producing.flush(self.flush_timeout_s), self.flush_timeout_s)
 
@@ -589,8 +581,9 @@ class _TransactionalOutput(_Output):
 
     drains = True
 
-    def __init__(self, config: ClientConfig, group_config: ClientConfig, transactions: BatchTransactions) -> None:
-        super().__init__(config)
+    def __init__(self, config: ClientConfig, group_config: ClientConfig, transactions: BatchTransactions,
+                 inputs: InputTopics | None = None) -> None:
+        super().__init__(config, inputs)
         self.transactions = transactions
         context = TaskContext.get()
         self.partition = context.partitionId() if context is not None else 0
@@ -623,6 +616,7 @@ class _TransactionalOutput(_Output):
 
     def _begin(self) -> _TransactionalClient:
         if self.client is None:
+            self.require_inputs()
             client, self.skipping = self.starting.result()
             if not self.skipping:
                 _call(client, "begin_transaction", client.producer.begin_transaction)
@@ -674,6 +668,7 @@ class _TransactionalOutput(_Output):
             raise self.failure(exc, "delivering records") from exc
 
     def finish(self) -> None:
+        self.require_inputs()
         try:
             if self.producing is not None:  # every record acknowledged (written, not yet visible), or the task fails
                 waited = self.flush_timeout_s

@@ -4,8 +4,8 @@
 
 One streaming query: Kafka source -> contract validation -> event-time watermark ->
 ``map_with_state`` per user running :mod:`streamstate_jobs.sessions.rules` (which also
-drops duplicates and refuses late or overflowing events, dead-lettered here) -> routed to
-the output topics by ``foreachBatch``. Bad records pass the same operator under a reserved
+drops duplicates and refuses late or overflowing events, dead-lettered here) -> written to
+the output topics by its tasks (:func:`~streamstate_jobs.routing.routed`). Bad records pass the same operator under a reserved
 key and come out as dead letters, so the topic is read and validated once per batch. The
 rule itself lives in the rules module; this file is the wiring and the job's declaration
 (:data:`JOB`), including the counters and gauges only this job feeds.
