@@ -28,6 +28,7 @@ from streamstate_jobs.kafka.partition_writer import (
     _TransactionalOutput,
     _write_task,
     write_partitions,
+    written_rows,
 )
 from streamstate_jobs.routing import count_as
 from streamstate_pipeline.kafka_clients import producer_config
@@ -162,7 +163,7 @@ def test_a_streaming_query_writes_each_batch_once_under_its_own_id_and_ships_the
     from pyspark.sql.udf import UserDefinedFunction
 
     from streamstate_jobs.checkpoints import query_id
-    from streamstate_jobs.kafka.partition_writer import QueryTransactions, written_rows
+    from streamstate_jobs.kafka.partition_writer import QueryTransactions
 
     source, alerts, states = new_topic(partitions=1), new_topic(partitions=1), new_topic(partitions=2)
     shipped: list[object] = []
@@ -196,13 +197,40 @@ def _committed_batch(settings, transactional_id: str, marker: str) -> int:
 
 
 def test_a_task_outside_a_streaming_query_writes_nothing(spark, settings, new_topic):
-    from streamstate_jobs.kafka.partition_writer import QueryTransactions, written_rows
+    from streamstate_jobs.kafka.partition_writer import QueryTransactions
 
     alerts = new_topic(partitions=1)
     rows = spark.createDataFrame([("alert", "a", "{}")], SCHEMA)
     with pytest.raises(Exception, match="no local property streaming.sql.batchId|no local property sql.streaming.queryId"):
         written_rows(rows, settings, plan_for(alerts, alerts), QueryTransactions("test", marker=alerts)).collect()
     assert _values(settings.bootstrap_servers, alerts) == []
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "transactions"])
+def test_a_task_writes_nothing_when_an_input_topic_is_not_the_one_the_checkpoint_read(spark, settings, new_topic, exactly_once):
+    # A topic deleted and created again while the job runs: the batch's writer tasks ask the
+    # broker for the topic's id before their first record, and fail the batch with SOURCE_RESET.
+    from streamstate_jobs.kafka.identity import InputTopics, SourceResetError, topic_ids
+    from streamstate_jobs.lost_input import is_source_reset
+
+    source, alerts = new_topic(partitions=1), new_topic(partitions=1)
+    rows = spark.createDataFrame([("alert", f"a{i}", json.dumps({"n": i})) for i in range(5)], SCHEMA).coalesce(1)
+    transactions = _transactions(0, marker=alerts) if exactly_once else None
+    plan = plan_for(alerts, alerts)
+    current = topic_ids(settings.kafka, [source])
+    assert source in current, "the broker gives topics ids"
+    recreated = InputTopics(settings.kafka, ((source, "the-old-topic-id"),), "/checkpoints/test")
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - the condition in its text is what is asserted
+        written_rows(rows, settings, plan, transactions, recreated).collect()
+    assert is_source_reset(failed.value) and "was deleted and created again" in str(failed.value), str(failed.value)[:2000]
+    assert _values(settings.bootstrap_servers, alerts, isolation="read_uncommitted") == []
+    with pytest.raises(SourceResetError):
+        recreated.check()
+
+    same = InputTopics(settings.kafka, tuple(current.items()), "/checkpoints/test")
+    summary = written_rows(rows, settings, plan, transactions, same).collect()
+    assert sum(row["rows"] for row in summary) == 5
+    assert len(_values(settings.bootstrap_servers, alerts)) == 5
 
 
 def test_a_task_that_fails_mid_transaction_leaves_nothing_a_read_committed_consumer_sees(spark, settings, bootstrap, new_topic):
