@@ -171,3 +171,22 @@ def test_the_anomalies_job_has_no_session_series():
     metrics = JobMetrics(JOBS["anomalies"])
     names = {family.name for family in metrics.registry.collect()}
     assert "streamstate_sessions_open" not in names and "streamstate_sessions_closed" not in names
+
+
+def test_a_batch_s_observed_writer_summaries_are_counted_from_its_progress():
+    """The jobs' writer tasks hand their summaries to the driver in the progress, as an observed
+    metric whose rows are the summary's (the JSON Spark gives a progress event)."""
+    from streamstate_jobs.routing import OUTPUT_SUMMARY
+
+    metrics = JobMetrics(JOBS["anomalies"])
+    metrics.writes_to(JOBS["anomalies"].output_topics(Settings()))
+    rows = [
+        {"kind": "alert", "label": "spike", "counter": None, "rows": 2, "total": None, "payload": None},
+        {"kind": "alert", "label": "spike", "counter": None, "rows": 1, "total": None, "payload": None},  # another task's
+        {"kind": "metric_state", "label": None, "counter": None, "rows": 5, "total": None, "payload": None},
+    ]
+    metrics.record_progress(progress_json(observedMetrics={OUTPUT_SUMMARY: {"rows": rows}}))
+    metrics.record_progress(progress_json())  # a batch without the metric (another query's) counts nothing
+    value = metrics.registry.get_sample_value
+    assert value("streamstate_job_alerts_total", {"job": "anomalies", "kind": "spike"}) == 3
+    assert value("streamstate_job_records_out_total", {"job": "anomalies", "topic": Settings().topic_metric_state}) == 5
