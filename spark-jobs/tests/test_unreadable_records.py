@@ -3,9 +3,19 @@ record's coordinates from the text the failed query carries, and nothing from an
 
 from __future__ import annotations
 
+import pytest
+
 from streamstate_jobs.kafka.unreadable_records import UnreadableRecord, unreadable_record
 
-# As Spark 4.2.0 words it, inside the text of a query failed through foreachBatch (measured).
+# As Spark 4.2.0 words it: the failed query's error (PySpark's exception(), and as awaitTermination
+# raises it), and inside the text of a Spark action that met it in a task (measured).
+QUERY_TEXTS = (
+    "Record at topic {topic} partition {partition} offset {offset} has timestamp value {ts} that overflows when converting "
+    "to Spark's microsecond-precision TimestampType.\nKafka record timestamps must be in milliseconds since epoch",
+    "[STREAM_FAILED] Query [id = fe580b76, runId = 655134d3] terminated with exception: Record at topic {topic} partition "
+    "{partition} offset {offset} has timestamp value {ts} that overflows when converting to Spark's microsecond-precision "
+    "TimestampType.\nKafka record timestamps must be in milliseconds since epoch",
+)
 SPARK_TEXT = (
     "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n ...\n"
     "py4j.protocol.Py4JJavaError: An error occurred while calling o657.collectToPython.\n"
@@ -16,10 +26,11 @@ SPARK_TEXT = (
 )
 
 
-def test_the_record_is_read_from_the_failure_text():
-    text = SPARK_TEXT.format(topic="plain-events-8.4c_78af", partition=3, offset=43, ts=9223372036854776)
+@pytest.mark.parametrize("template", [*QUERY_TEXTS, SPARK_TEXT])
+def test_the_record_is_read_from_the_failure_text(template):
+    text = template.format(topic="plain-events-8.4c_78af", partition=3, offset=43, ts=9223372036854776)
     assert unreadable_record(text) == UnreadableRecord("plain-events-8.4c_78af", 3, 43, 9223372036854776)
-    negative = SPARK_TEXT.format(topic="t", partition=0, offset=0, ts=-4611686018427387904)
+    negative = template.format(topic="t", partition=0, offset=0, ts=-4611686018427387904)
     assert unreadable_record(negative) == UnreadableRecord("t", 0, 0, -4611686018427387904)
 
 

@@ -31,8 +31,8 @@ where N starts) or in the initial offsets: batch N reads [O+1, E). Nothing else 
 checkpoint changes. The dead letter is written before the edit: a kill in between re-runs the
 skip, and the marker keeps the dead letter single.
 
-The error is recognised by its text (one pattern, :data:`UNREADABLE_TIMESTAMP`): the query's
-failure crosses the Python ``foreachBatch`` function, which carries only the JVM error's text.
+The error is recognised by its text (one pattern, :data:`UNREADABLE_TIMESTAMP`): PySpark's
+``StreamingQuery.exception()`` keeps only the JVM error's text, and the fields come from it.
 """
 
 from __future__ import annotations
@@ -65,11 +65,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamstate_jobs")
 
 # The one place the error's text is matched: Spark 4.2.0's KAFKA_MALFORMED_RECORD_TIMESTAMP as the
-# failed query carries it (the condition's name is not in that text; the exception's class is).
+# failed query carries it (the condition's name is not in that text): the query's error is the
+# source's message alone (PySpark's exception()), or after "terminated with exception: " (raised
+# by awaitTermination); a Spark action that met it in a task names the exception's class.
 UNREADABLE_TIMESTAMP = re.compile(
-    r"KafkaIllegalStateException: Record at topic (?P<topic>[A-Za-z0-9._-]+) partition (?P<partition>\d+) "
+    r"(?:^|terminated with exception: |KafkaIllegalStateException: )"
+    r"Record at topic (?P<topic>[A-Za-z0-9._-]+) partition (?P<partition>\d+) "
     r"offset (?P<offset>\d+) has timestamp value (?P<timestamp>-?\d+) that overflows when converting to "
-    r"Spark's microsecond-precision TimestampType"
+    r"Spark's microsecond-precision TimestampType",
+    re.MULTILINE,
 )
 STAGE = "contract"
 CALL_TIMEOUT_S = 60.0
