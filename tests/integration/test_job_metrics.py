@@ -103,21 +103,15 @@ def test_listener_feeds_progress_metrics_over_http(spark, tmp_path):
         metrics.close()
 
 
-def dead_letters_as_rows(ctx):
-    """A stateless job: each input record as a dead letter, its value as the payload."""
-    return ctx.read_input().selectExpr("'dead_letter' AS kind", "CAST(offset AS STRING) AS key", "CAST(value AS STRING) AS payload")
-
-
 def test_a_job_s_metrics_count_what_its_writer_tasks_wrote(spark, settings, new_topic, bootstrap, tmp_path):
     # The writer is the query's last step: its tasks' summaries reach the driver only in each
     # batch's progress (the observed metric), which the listener reads.
-    from streamstate_jobs.declaration import JobSpec
     from streamstate_jobs.runner import start_query
+    from tests.integration.dead_letter_job import dead_letter_job
     from tests.state_queries import produce_json
 
     run = settings.model_copy(update={"topic_metrics": new_topic(1, "summary-in"), "topic_dead_letters": new_topic(1, "summary-out")})
-    job = JobSpec(name="summary-test", description="dead letters", build=dead_letters_as_rows, inputs=("topic_metrics",),
-                  outputs={"dead_letter": "topic_dead_letters"})
+    job = dead_letter_job("summary-test")
     produce_json(bootstrap, run.topic_metrics, [{"stage": "contract" if i % 3 else "clock_skew", "n": i} for i in range(12)])
     metrics = JobMetrics(job)
     listener = metrics.attach(spark)

@@ -7,23 +7,17 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamstate_jobs.declaration import JobSpec
 from streamstate_jobs.lost_input import KAFKA_DATA_LOSS, error_conditions, is_source_reset, query_failure
 from streamstate_jobs.runner import start_query
+from tests.integration.dead_letter_job import dead_letter_job
 from tests.state_queries import produce_json
 
 pytestmark = pytest.mark.spark
 
 
-def offsets_as_rows(ctx):
-    """A stateless job: each input record as a dead_letter row keyed by its offset."""
-    return ctx.read_input().selectExpr("'dead_letter' AS kind", "CAST(offset AS STRING) AS key", "CAST(value AS STRING) AS payload")
-
-
 def test_records_deleted_under_the_checkpoint_are_lost_input(spark, settings, new_topic, bootstrap, tmp_path):
     run = settings.model_copy(update={"topic_metrics": new_topic(1, "lost-in"), "topic_dead_letters": new_topic(1, "lost-out")})
-    job = JobSpec(name="lost-input", description="offsets", build=offsets_as_rows, inputs=("topic_metrics",),
-                  outputs={"dead_letter": "topic_dead_letters"})
+    job = dead_letter_job("lost-input")
     checkpoint = str(tmp_path / "checkpoint")
     produce_json(bootstrap, run.topic_metrics, [{"n": i} for i in range(5)])
     first = start_query(spark, run, job, checkpoint, available_now=True)
