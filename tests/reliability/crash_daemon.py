@@ -1,10 +1,11 @@
 """Spark's Python worker daemon with the in-task crash points of :mod:`tests.reliability.crash_at`
 armed (test support; the job sets ``spark.python.daemon.module`` to this module).
 
-The daemon imports the output writer and wraps its commit before it forks any worker, so
-every task of the job runs the wrapped commit. Tasks of one batch meet through files in the
-crash marker's folder: each announces that it holds an open transaction whose records are
-all acknowledged, and the crash waits for a second one when it needs two.
+The daemon imports the output writer and wraps its commit (and, for ``after-commit``, a task's
+whole write) before it forks any worker, so every task of the job runs the wrapped code. Tasks
+of one batch meet through files in the crash marker's folder: each announces that it holds an
+open transaction whose records are all acknowledged (or, for ``after-commit``, that it has
+committed, with its alerts), and the crash waits for the others when it needs them.
 """
 
 from __future__ import annotations
