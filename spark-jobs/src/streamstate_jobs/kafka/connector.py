@@ -50,10 +50,12 @@ def require_connector(spark: SparkSession) -> None:
 # records a poll and fetch 1 MiB of a partition at a time: a task then waits on the broker
 # between small fetches. With these, the sessions benchmark's source stage (1,000,000 events in
 # two tasks: the read, validation and packing) took 2.7 s instead of 3.3 s, the read alone 1.5
-# instead of 1.9 (docs/profile.md); a latency batch's few thousand records fit either way. An
-# idle partition's consumer may hold one prefetched fetch, so a cached consumer costs at most
-# 8 MiB. ``STREAMSTATE_KAFKA_CLIENT_OPTIONS`` (``max.partition.fetch.bytes``,
-# ``java.max.poll.records``) and a call's own options win over them.
+# instead of 1.9 (docs/profile.md); a latency batch's few thousand records fit either way. A
+# consumer may hold one prefetched fetch between batches, so each one Spark's pool keeps (a
+# partition's; up to 64 an executor, ``spark.kafka.consumer.cache.capacity``) may hold 8 MiB
+# instead of 1: an executor reading hundreds of partitions may want less.
+# ``STREAMSTATE_KAFKA_CLIENT_OPTIONS`` (``max.partition.fetch.bytes``, ``java.max.poll.records``)
+# and a call's own options win over them.
 SOURCE_FETCH_OPTIONS = {"kafka.max.poll.records": "10000", "kafka.max.partition.fetch.bytes": str(8 << 20)}
 
 
