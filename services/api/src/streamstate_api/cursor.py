@@ -6,9 +6,14 @@ refused; only a malformed one is (400).
 """
 
 from __future__ import annotations
+
+import re
+
 from streamstate_pipeline.errors import ApiError
 
 CURSOR_PATTERN = r"^(?:[0-9a-fA-F]{2})*$"
+# The pattern as a whole-string match: "$" would also let a trailing newline through.
+_HEX_PAIRS = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
 
 class BadCursor(ApiError, ValueError):
@@ -19,12 +24,14 @@ def encode_cursor(last_key: str) -> str:
     return last_key.encode("utf-8", "surrogateescape").hex()
 
 
+def well_formed(cursor: str) -> bool:
+    """Whether ``cursor`` matches :data:`CURSOR_PATTERN`."""
+    return _HEX_PAIRS.fullmatch(cursor) is not None
+
+
 def decode_cursor(cursor: str) -> str:
     """The key a page continues after, or :class:`BadCursor` with a one-line reason."""
-    try:
-        raw = bytes.fromhex(cursor)
-    except ValueError:
-        raise BadCursor(
-            f"cursor {cursor[:40]!r} is not valid: pass the next_cursor of the previous page unchanged"
-        ) from None
-    return raw.decode("utf-8", "surrogateescape")
+    # Checked first: bytes.fromhex skips ASCII whitespace, so " \x0b" would decode to no key.
+    if not well_formed(cursor):
+        raise BadCursor(f"cursor {cursor[:40]!r} is not valid: pass the next_cursor of the previous page unchanged")
+    return bytes.fromhex(cursor).decode("utf-8", "surrogateescape")

@@ -26,18 +26,16 @@ included, as the routes take them.
 from __future__ import annotations
 
 import hmac
-import re
 import time
 from urllib.parse import unquote_plus
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamstate_api.context import ApiContext
-from streamstate_api.cursor import CURSOR_PATTERN, decode_cursor
+from streamstate_api.cursor import decode_cursor, well_formed
 from streamstate_api.routes.series import series_body
 from streamstate_api.routes.sessions import DEFAULT_LIMIT, MAX_LIMIT, page_body, session_body
 
-_CURSOR = re.compile(CURSOR_PATTERN)
 _HEADERS = [(b"content-type", b"application/json")]
 _SESSION_ROUTE, _SERIES_ROUTE, _LIST_ROUTE = "/sessions/{user_id}", "/series/{series_id}", "/sessions"
 
@@ -112,7 +110,7 @@ def _listing_params(query: bytes) -> tuple[str | None, int, bool] | None:
                 limit = int(value)
             elif name == "active" and value in ("true", "false"):
                 active = value == "true"
-            elif name == "cursor" and _CURSOR.match(value):
+            elif name == "cursor" and well_formed(value):
                 after = decode_cursor(value) if value else None
             else:
                 return None
