@@ -26,9 +26,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from confluent_kafka import KafkaError
+
 from streamstate_jobs.kafka.partition_writer import (
     WRITER_TUNING,
     BatchTransactions,
+    OutputFenced,
     OutputPlan,
     _TransactionalOutput,
     _write_task,
@@ -164,6 +167,27 @@ def test_a_task_woken_past_its_timeout_after_a_newer_producer_committed_its_batc
     time.sleep(TRANSACTION_TIMEOUT_MS / 1000 * 1.5)
     failure = _finish_failing(stuck)
     assert "[OUTPUT_FENCED]" in str(failure), repr(failure)
+    assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
+
+
+def test_any_fatal_error_of_a_task_whose_batch_another_producer_committed_names_its_fence(short):
+    """Which fatal error a fenced producer meets first is a race: librdkafka has reported the
+    batch id's offset commit refused as INVALID_TXN_STATE before the produce request's _FENCED
+    (the test above, once in a suite's run). The batch committed by another producer of the id
+    names the cause, whichever error comes first."""
+    topic = _topic_factory(short.bootstrap_servers)(1)
+    transactions = BatchTransactions(f"test.{uuid.uuid4().hex}", 3, topic)
+    stuck = _output(short, transactions)
+    stuck.produce(topic, "k", json.dumps({"n": "stuck"}))
+    stuck.poll()
+    assert stuck.client is not None
+    invalid_state = KafkaError(KafkaError.INVALID_TXN_STATE, fatal=True)
+    assert stuck.client.classify(invalid_state) is None  # no other producer has committed the batch
+    newer = _output(short, transactions)
+    newer.produce(topic, "k", json.dumps({"n": "newer"}))
+    newer.finish()
+    assert stuck.client.classify(invalid_state) is OutputFenced
+    assert "[OUTPUT_FENCED]" in str(_finish_failing(stuck))
     assert _values(short.bootstrap_servers, topic) == [json.dumps({"n": "newer"})]
 
 

@@ -735,10 +735,13 @@ class _TransactionalClient:
     def classify(self, error: KafkaError) -> type[FatalOutputError] | None:
         """:func:`classify` with how long this client's transaction has been open; a transaction
         open past its timeout was fenced all the same when another producer of the id has
-        committed its batch since (a stuck old driver's task woken after a new copy took over)."""
+        committed its batch since (a stuck old driver's task woken after a new copy took over).
+        So was a fatal error :func:`classify` cannot name: which error a fenced producer meets
+        first is a race, and librdkafka has reported the batch id's offset commit refused as
+        INVALID_TXN_STATE before the _FENCED of its records."""
         open_s = time.monotonic() - self.opened_at if self.opened_at is not None else None
         kind = classify(error, open_s, self.timeout_ms)
-        if kind is OutputTransactionTimedOut and self._committed_by_another():
+        if (kind is OutputTransactionTimedOut or (kind is None and error.fatal())) and self._committed_by_another():
             return OutputFenced
         return kind
 
