@@ -11,9 +11,9 @@ import re
 
 from streamstate_pipeline.errors import ApiError
 
-CURSOR_PATTERN = r"^(?:[0-9a-fA-F]{2})*$"
-# The pattern as a whole-string match: "$" would also let a trailing newline through.
-_HEX_PAIRS = re.compile(r"(?:[0-9a-fA-F]{2})*")
+_HEX_PAIRS_TEXT = r"(?:[0-9a-fA-F]{2})*"
+CURSOR_PATTERN = f"^{_HEX_PAIRS_TEXT}$"  # the schema's; checked here as a whole-string match,
+_HEX_PAIRS = re.compile(_HEX_PAIRS_TEXT)  # since "$" would also let a trailing newline through
 
 
 class BadCursor(ApiError, ValueError):
