@@ -90,8 +90,9 @@ NOTES = [
     "apply with the project's rule (30-minute gap, logout ends the session) that closes a timed-out session on the "
     "user's next event (no timers). Spark's native session_window has no logout rule, no de-duplication, no dead "
     "letters, no alerts and no state snapshots; it runs in complete mode (session windows support no update mode).",
-    "Spark throughput = input records / the one availableNow batch's triggerExecution (planning, first read, state, "
-    "delivery-checked Kafka writes); source_rows_read in results.json counts every scan of the topic.",
+    "Spark throughput = input records / the summed triggerExecution of the availableNow run's batches, the batch "
+    "without data that ends it included (planning, first read, state, delivery-checked Kafka writes); "
+    "source_rows_read in results.json counts every scan of the topic.",
     "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
     "group rebalance before the first record is not counted.",
     "Production-path rows: the production profile, i.e. the same Apache Kafka (KRaft) and Spark's built-in connector "
@@ -109,8 +110,9 @@ NOTES = [
     "triggerExecution; each phase's figure is its median over the batches, and the medians need not add up. "
     "The stage and task times come from Spark's event log, written to a scratch file; results.json keeps every "
     "batch's phases and the log's cost (listener time and size per batch). The Spark engines' throughput rows give "
-    "the same phases for the run nearest their median, each phase summed over the run's batches with input (the "
-    "batch without data that ends an availableNow run is not in the rate and not in its phases).",
+    "the same phases for the run nearest their median, each phase summed over all the run's batches (the batch "
+    "without data that ends an availableNow run, where the sessions job writes its sessions and alerts, is in the "
+    "rate and in its phases).",
 ]
 
 
@@ -182,7 +184,7 @@ class Run:
                 # The session's source (V1 or V2) is filled in once the SparkSession is built.
                 "kafka_connector": connector_description(),
                 "checkpoints": "the local disk (the production rows: s3a:// in MinIO)",
-                "throughput_trigger": "availableNow (one batch)",
+                "throughput_trigger": "availableNow (every batch of the run counted)",
                 "runs_per_figure": args.runs,
                 "seed": SEED,
             },

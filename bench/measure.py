@@ -70,25 +70,35 @@ def bounded_input_topic(settings: Settings, name: str, partitions: int) -> Topic
 
 
 def query_figures(query, records: int, phases: RunPhases | None = None) -> dict[str, Any]:
-    """Wait for an ``availableNow`` query over ``records`` input records and sum its batches:
-    rows, batch ms, where the ms went (with ``phases``, marked before the query started, also
-    by phase from the event log: the driver, the source's stage, the state, the write, the commit).
-
-    ``triggerExecution`` runs from planning the batch (the source's first read follows) to the
-    writer's delivery-checked flush, so rows / triggerExecution is the rate
-    from the first record read to the last output written.
-    """
+    """Wait for an ``availableNow`` query over ``records`` input records and sum its batches
+    (:func:`run_figures`); with ``phases``, marked before the query started, also where the ms
+    went by phase, from the event log (the driver, the source's stage, the state, the write, the commit)."""
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"query {query.name} failed: {query.exception()}")
-    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    if not batches:
-        raise RuntimeError(f"query {query.name} read nothing")
+    figures = run_figures(query.recentProgress, records)
+    by_phase = None if phases is None else phases.of(str(query.id))
+    if by_phase:
+        figures["phases_ms"] = by_phase
+    return figures
+
+
+def run_figures(progress: list[dict[str, Any]], records: int) -> dict[str, Any]:
+    """A run's rate from its batches' progress: ``records`` over the summed ``triggerExecution``
+    of every batch, from planning the first (the source's first read follows) to the writer's
+    delivery-checked flush of the last, so the rate runs from the first record read to the last
+    output written. An ``availableNow`` run of a stateful job ends with a batch without data once
+    its watermark has moved on: the sessions job folds its users' held events there and writes
+    their sessions and alerts, so that batch is the run's work as much as the first, and an
+    engine that writes everything in its batch of data has no such batch to count."""
+    with_data = [p for p in progress if p["numInputRows"] > 0]
+    if not with_data:
+        raise RuntimeError("the run read nothing")
     # numInputRows counts every scan of the source: a plan reading the topic twice shows 2x records.
-    source_rows = sum(p["numInputRows"] for p in batches)
+    source_rows = sum(p["numInputRows"] for p in with_data)
     durations: dict[str, int] = {}
-    for progress in batches:
-        for phase, ms in progress["durationMs"].items():
+    for batch in progress:
+        for phase, ms in batch["durationMs"].items():
             durations[phase] = durations.get(phase, 0) + ms
     seconds = durations["triggerExecution"] / 1000
     operators = [
@@ -99,16 +109,14 @@ def query_figures(query, records: int, phases: RunPhases | None = None) -> dict[
             )
             if name in op
         }
-        for op in batches[-1]["stateOperators"]
+        for op in with_data[-1]["stateOperators"]
     ]
-    figures = {
+    return {
         "rows": records, "seconds": round(seconds, 2), "rows_per_s": round(records / seconds), "source_rows_read": source_rows,
-        "batches": len(batches), "duration_ms": durations, "state_operators": operators,
+        "batches": len(progress), "batches_without_data": len(progress) - len(with_data),
+        "without_data_ms": sum(p["durationMs"]["triggerExecution"] for p in progress if p["numInputRows"] == 0),
+        "duration_ms": durations, "state_operators": operators,
     }
-    by_phase = None if phases is None else phases.of(str(query.id))
-    if by_phase:
-        figures["phases_ms"] = by_phase
-    return figures
 
 
 def quix_python() -> Path:

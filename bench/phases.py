@@ -113,8 +113,11 @@ def stage_kind(rdds: list[dict[str, Any]]) -> str:
 _WANTED = (b'"SparkListenerJobStart"', b'"SparkListenerStageCompleted"', b'"SparkListenerTaskEnd"', b"QueryProgressEvent")
 
 
-def parse_events(lines: Iterable[bytes | str], query_id: str, validation_by_stage: dict[int, float] | None = None) -> list[Batch]:
-    """The batches of the query ``query_id`` with data, each with its completed stages, in order.
+def parse_events(
+    lines: Iterable[bytes | str], query_id: str, validation_by_stage: dict[int, float] | None = None, batches_without_data: bool = False,
+) -> list[Batch]:
+    """The batches of the query ``query_id`` with data (and, with ``batches_without_data``, those
+    without: a throughput run's), each with its completed stages, in order.
 
     A job belongs to a batch by the local properties streaming sets (``sql.streaming.queryId``,
     ``streaming.sql.batchId``); ``validation_by_stage`` is :class:`ValidationTimer`'s total per
@@ -150,7 +153,7 @@ def parse_events(lines: Iterable[bytes | str], query_id: str, validation_by_stag
             info = event["Task Info"]
             key = (event["Stage ID"], event["Stage Attempt ID"])
             task_ms[key] = task_ms.get(key, 0.0) + (info["Finish Time"] - info["Launch Time"])
-    batches = {batch_id: Batch(p) for batch_id, p in progress.items() if input_rows(p) > 0}
+    batches = {batch_id: Batch(p) for batch_id, p in progress.items() if batches_without_data or input_rows(p) > 0}
     for info in completed:
         stage_id = info["Stage ID"]
         if stage_id not in stage_batch or "Submission Time" not in info or "Completion Time" not in info:
@@ -244,10 +247,10 @@ def breakdown(batches: list[Batch], timed_validation: bool) -> dict[str, Any]:
 
 
 def summed_phases(batches: list[Batch]) -> dict[str, float]:
-    """A throughput run's phases: each summed over its batches with input (one, for an
-    ``availableNow`` run that fits a batch; the batch without data that moves its watermark on
-    is not counted, as the rate does not count it), validation counted with the source; a
-    phase the query does not have (no state without a stateful operator) is left out."""
+    """A throughput run's phases: each summed over its batches (for an ``availableNow`` run that
+    fits a batch, that batch and the batch without data that moves its watermark on, as the rate
+    counts them), validation counted with the source; a phase the query does not have (no state
+    without a stateful operator) is left out."""
     total: dict[str, float] = {}
     for batch in batches:
         for name, ms in batch_phases(batch, timed_validation=False).items():
@@ -433,7 +436,7 @@ class RunPhases:
             self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)  # noqa: SLF001 - PySpark keeps the JVM context only here
         except Exception:  # noqa: BLE001 - a bus still busy leaves a batch out, never half in:
             pass  # the log is in order, and a batch counts from its progress, logged after its stages
-        return summed_phases(parse_events(self.log.lines_from(self.mark), query_id))
+        return summed_phases(parse_events(self.log.lines_from(self.mark), query_id, batches_without_data=True))
 
 
 class PhaseRecorder:

@@ -1,16 +1,19 @@
 """A job's bucket visits without Spark: what the state engine's Python costs per key.
 
     .venv/bin/python -m bench.profile_buckets [--job sessions|anomalies] [--keys 20000]
-        [--records-per-batch 200000] [--batches 1] [--profile]
+        [--records-per-batch 200000] [--batches 1] [--settle] [--profile]
 
 Generates the benchmark's fixed-seed records with the project's producers, lays them out as
 the job's stateful operator receives them (the validated columns the rule reads plus the
 dead-letter columns, as one value struct; typed by the job's Spark schema), packs them per
 bucket with the engine's own ``pack``, and runs ``BucketProcessor.handleInputRows`` for every
 bucket over in-memory stores (``MemoryBucketStore``), batch after batch, the watermark
-following the events as the job's would. Prints the time per batch and per key, the state
-calls a state server would have served, and the hot sets' size; with ``--profile`` the
-functions cProfile finds busiest in the last batch.
+following the events as the job's would. With ``--settle`` a batch without data follows, as
+an ``availableNow`` run of the job ends: each bucket's expired timers fire at the watermark the
+last batch moved on to (the sessions job folds its users' held events there and writes their
+sessions and alerts). Prints the time per batch and per key, the state calls a state server
+would have served, and the hot sets' size; with ``--profile`` the functions cProfile finds
+busiest in the last batch.
 
 What it leaves out is Spark's side: the shuffle, the Arrow exchange with the JVM, the state
 server's round trips (counted, not timed), RocksDB. docs/profile.md compares the two.
@@ -27,6 +30,7 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 import pyarrow as pa
@@ -49,6 +53,16 @@ JOBS = {
     "anomalies": (anomalies_job, Metric, "series_id", lambda keys: MetricGenerator(seed=SEED, series=keys, topic="bench", anomaly_rate=0.001)),
 }
 PARTITIONS = 4
+
+
+@dataclass
+class Expired:
+    """The ExpiredTimerInfo a timer's visit reads."""
+
+    expiry_ms: int
+
+    def getExpiryTimeInMs(self) -> int:  # noqa: N802 - Spark's ExpiredTimerInfo interface
+        return self.expiry_ms
 
 
 @dataclass
@@ -88,6 +102,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=20_000, help="users or series")
     parser.add_argument("--records-per-batch", type=int, default=200_000)
     parser.add_argument("--batches", type=int, default=1)
+    parser.add_argument("--settle", action="store_true", help="end with a batch without data: the expired timers fire")
     parser.add_argument("--profile", action="store_true", help="cProfile the last batch")
     args = parser.parse_args()
 
@@ -122,27 +137,44 @@ def main() -> None:
                 rows += len(frame)
         return rows
 
-    for index, (packed, newest_ts) in enumerate(batches):
-        last = index == len(batches) - 1
+    def settle_all() -> int:
+        # The batch without data: Spark calls each bucket whose timer the watermark has passed.
+        rows = 0
+        for bucket, store in stores.items():
+            due = [at for at in store.timers if at <= clock.watermark_ms]
+            if not due:
+                continue
+            processor.store = store
+            for frame in processor.handleExpiredTimer((bucket,), clock, Expired(min(due))):
+                rows += len(frame)
+        return rows
+
+    visits = [(f"batch {index}", f"{args.records_per_batch:,} records", partial(visit_all, packed), newest_ts)
+              for index, (packed, newest_ts) in enumerate(batches)]
+    if args.settle:
+        visits.append(("batch without data", "expired timers", settle_all, None))
+    for index, (name, what, visit, newest_ts) in enumerate(visits):
+        last = index == len(visits) - 1
         profiler = cProfile.Profile() if args.profile and last else None
         started = time.perf_counter()
         if profiler is not None:
             profiler.enable()
-        rows = visit_all(packed)
+        rows = visit()
         if profiler is not None:
             profiler.disable()
         seconds = time.perf_counter() - started
-        touched = len(set(packed_keys(packed)))
+        touched = len(set(packed_keys(batches[index][0]))) if newest_ts is not None else args.keys
         calls = sum((store.calls for store in stores.values()), Counter())
         hot_bytes = sum(len(store.hot or b"") for store in stores.values())
         note = " (under cProfile)" if profiler is not None else ""
         print(
-            f"batch {index}: {args.records_per_batch:,} records, {touched:,} keys: {seconds * 1000:,.0f} ms{note} = "
+            f"{name}: {what}, {touched:,} keys: {seconds * 1000:,.0f} ms{note} = "
             f"{seconds / touched * 1000:.3f} ms/key; {rows:,} output rows; state calls so far {dict(calls)}; "
             f"hot sets {hot_bytes / 1e6:.1f} MB",
             flush=True,
         )
-        clock.watermark_ms = newest_ts - settings.watermark_delay_ms
+        if newest_ts is not None:
+            clock.watermark_ms = newest_ts - settings.watermark_delay_ms
         if profiler is not None:
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 

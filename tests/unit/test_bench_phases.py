@@ -20,6 +20,7 @@ from bench.phases import (
     summed_phases,
     timed_in_task,
 )
+from bench.measure import run_figures
 from bench.report import _engine, _latency_floor_rows, _phases, _production_rows, _transaction_rows
 
 QUERY = "453aad0b-f203-4789-b64b-306539f53db8"
@@ -138,22 +139,42 @@ def test_the_phases_line_lists_the_phases_in_order():
     assert phases_line({}) == ""
 
 
-def test_a_throughput_runs_phases_are_its_batches_with_input_summed():
-    # An availableNow run: its batch of data, then the batch without data that moves the watermark on.
+def test_a_throughput_runs_phases_are_all_its_batches_summed():
+    # An availableNow run: its batch of data, then the batch without data that moves the watermark on,
+    # where a stateful job folds, closes and writes what the first batch held: both are the run's work.
     lines = [
         job(0, {0: SCAN, 1: STATEFUL}), task(0, 0, 1_000), stage(0, 0, 1_000), task(1, 1_000, 3_000), stage(1, 1_000, 3_000),
         progress(0, triggerExecution=3_200),
-        job(1, {2: STATEFUL}), stage(2, 3_300, 3_900), progress(1, rows=0, triggerExecution=700),
+        job(1, {2: STATEFUL}), task(2, 3_300, 3_900), stage(2, 3_300, 3_900), progress(1, rows=0, triggerExecution=700),
     ]
-    phases = summed_phases(parse_events(lines, QUERY))
-    # source 1 s; state stage 2 s split 200 : 40 : the rest of 2 s of tasks; driver 3.2 s - 3 s of stages - 8 ms of logs
-    assert phases == {"driver": 192.0, "source": 1_000.0, "state": 200.0, "write": 1_760.0, "commit": 48.0}
-    assert sum(phases.values()) == 3_200
+    assert [b.progress["batchId"] for b in parse_events(lines, QUERY)] == [0]  # the latency's batches: with data only
+    whole_run = parse_events(lines, QUERY, batches_without_data=True)
+    assert [b.progress["batchId"] for b in whole_run] == [0, 1]
+    phases = summed_phases(whole_run)
+    # Batch 0: source 1 s; state stage 2 s split 200 : 40 : the rest of 2 s of tasks; driver 3.2 s - 3 s of stages - 8 ms of logs.
+    # Batch 1: its state stage 0.6 s split the same way (200 : 40 : 360), driver 700 - 600 - 8 ms.
+    assert phases == {"driver": 284.0, "source": 1_000.0, "state": 400.0, "write": 2_120.0, "commit": 96.0}
+    assert sum(phases.values()) == 3_200 + 700
     assert summed_phases([]) == {}
     # A query without state (Spark's noop sink after the source): no state or write phase.
     (stateless,) = parse_events([job(0, {0: SCAN}), task(0, 0, 900), stage(0, 0, 900), progress(0, triggerExecution=950)], QUERY)
     stateless.progress["stateOperators"] = []
     assert summed_phases([stateless]) == {"driver": 42.0, "source": 900.0, "commit": 8.0}
+
+
+def test_a_throughput_runs_rate_counts_every_batch_to_its_last_output():
+    def batch_progress(rows: int, trigger: int) -> dict:
+        return {"numInputRows": rows, "durationMs": {"triggerExecution": trigger, "addBatch": trigger - 10}, "stateOperators": []}
+
+    figures = run_figures([batch_progress(1_000, 8_000), batch_progress(0, 2_000)], records=1_000)
+    assert figures["seconds"] == 10.0 and figures["rows_per_s"] == 100
+    assert figures["batches"] == 2 and figures["batches_without_data"] == 1 and figures["without_data_ms"] == 2_000
+    assert figures["duration_ms"] == {"triggerExecution": 10_000, "addBatch": 9_980}
+    # A run of one batch (an engine that emits everything in it) has nothing without data.
+    alone = run_figures([batch_progress(1_000, 5_000)], records=1_000)
+    assert alone["rows_per_s"] == 200 and alone["batches_without_data"] == 0 and alone["without_data_ms"] == 0
+    with pytest.raises(RuntimeError, match="read nothing"):
+        run_figures([batch_progress(0, 100)], records=1_000)
 
 
 def test_a_throughput_row_says_where_the_median_runs_time_went():
