@@ -11,7 +11,7 @@ from streamstate_pipeline.settings import Settings
 
 def test_a_batch_is_bounded_by_default_in_proportion_to_the_transaction_timeout():
     default = records_per_batch(Settings())
-    assert default == 180 * MEASURED_RECORDS_PER_S // TIMEOUT_SHARE == 4_023_000
+    assert default == 180 * MEASURED_RECORDS_PER_S // TIMEOUT_SHARE == 3_154_500
     assert records_per_batch(Settings(output_transaction_timeout_ms=18_000)) == default // 10
     assert records_per_batch(Settings(output_transactions="auto")) == default
 

@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     )
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="Upper bound on records read per micro-batch (all partitions); unset, with output "
-        "transactions: sized from output_transaction_timeout_ms (180 s: 4,023,000), so that a batch's transactions end "
+        "transactions: sized from output_transaction_timeout_ms (180 s: 3,154,500), so that a batch's transactions end "
         "within it. See README, Delivery guarantees."
     )
     trigger_interval: str = Field("2 seconds", description="Micro-batch trigger interval.")
