@@ -35,6 +35,7 @@ from streamstate_jobs.kafka.partition_writer import (
     OutputPlan,
     _TransactionalOutput,
     _write_task,
+    records_per_batch,
     transaction_timeouts,
 )
 from streamstate_pipeline.kafka_clients import admin, producer_config
@@ -192,7 +193,10 @@ def test_any_fatal_error_of_a_task_whose_batch_another_producer_committed_names_
 
 
 # --------------------------------------------------------------------------- a job over a backlog
-BACKLOG_EVENTS = 40_000
+# Within one batch of admission control at the scaled-down timeout (35,050 records at 2 s): a
+# backlog split by offsets can bring a lagging partition's events behind the watermark, the
+# documented trade-off of a bounded batch, which is not what this test is about.
+BACKLOG_EVENTS = 32_000
 
 
 @pytest.fixture
@@ -242,6 +246,7 @@ def test_a_job_over_a_backlog_of_many_transaction_timeouts_commits_every_output_
     from tests.scenario import differences, produce_scenario, read_outputs
 
     stack, settings = tuned_pipeline, tuned_pipeline.settings
+    assert records_per_batch(settings) >= BACKLOG_EVENTS, "the backlog must be one batch of admission control"
     scenario = _sessions_scenario(51, BACKLOG_EVENTS, users=600)
     produce_scenario(settings.bootstrap_servers, scenario, settings)
 
