@@ -149,11 +149,13 @@ def main() -> None:
                 rows += len(frame)
         return rows
 
-    visits = [(f"batch {index}", f"{args.records_per_batch:,} records", partial(visit_all, packed), newest_ts)
+    # (name, what it reads, the visit, its newest event time or None, the keys it is counted over)
+    visits = [(f"batch {index}", f"{args.records_per_batch:,} records", partial(visit_all, packed), newest_ts,
+               len(set(packed_keys(packed))))
               for index, (packed, newest_ts) in enumerate(batches)]
     if args.settle:
-        visits.append(("batch without data", "expired timers", settle_all, None))
-    for index, (name, what, visit, newest_ts) in enumerate(visits):
+        visits.append(("batch without data", "expired timers", settle_all, None, args.keys))
+    for index, (name, what, visit, newest_ts, touched) in enumerate(visits):
         last = index == len(visits) - 1
         profiler = cProfile.Profile() if args.profile and last else None
         started = time.perf_counter()
@@ -163,7 +165,6 @@ def main() -> None:
         if profiler is not None:
             profiler.disable()
         seconds = time.perf_counter() - started
-        touched = len(set(packed_keys(batches[index][0]))) if newest_ts is not None else args.keys
         calls = sum((store.calls for store in stores.values()), Counter())
         hot_bytes = sum(len(store.hot or b"") for store in stores.values())
         note = " (under cProfile)" if profiler is not None else ""
