@@ -434,14 +434,14 @@ def snapshot_json(user_id: str, state: dict[str, Any], rule: SessionRule) -> str
     closed = b["total_sessions"]
     average = b["total_session_ms"] / closed if closed else 0.0
     spans = ",".join(
-        f'{_text(kind)}:{{"first":{span["first"]},"last":{span["last"]}}}'
+        f'{json_text(kind)}:{{"first":{span["first"]},"last":{span["last"]}}}'
         for kind, span in sorted(view["activities"].items())
     )
     return (
-        f'{{"user_id":{_text(user_id)},"ts":{"null" if state["ts"] is None else state["ts"]},"open_session":{_open_json(session)},'
+        f'{{"user_id":{json_text(user_id)},"ts":{"null" if state["ts"] is None else state["ts"]},"open_session":{_open_json(session)},'
         f'"behaviour":{{"total_sessions":{closed},"total_page_views":{b["total_page_views"]},'
         f'"total_events":{b["total_events"]},"total_session_ms":{b["total_session_ms"]},'
-        f'"avg_session_ms":{_float(average)}}},"activities":{{{spans}}}}}'
+        f'"avg_session_ms":{json_float(average)}}},"activities":{{{spans}}}}}'
     )
 
 
@@ -452,16 +452,16 @@ def _open_json(session: dict[str, Any] | None) -> str:
         f'{{"start":{session["start"]},"last_activity":{session["last_activity"]},'
         f'"events":{session["events"]},"page_views":{session["page_views"]},'
         f'"clicks":{session["clicks"]},"purchases":{session["purchases"]},'
-        f'"purchase_total":{_float(session["purchase_total"])},"current_activity":{_text(session["current_activity"])},'
+        f'"purchase_total":{json_float(session["purchase_total"])},"current_activity":{json_text(session["current_activity"])},'
         f'"activity_start":{session["activity_start"]}}}'
     )
 
 
 # json.dumps' own string form (ASCII, escapes as it writes them), in C.
-_text = json.encoder.encode_basestring_ascii
+json_text = json.encoder.encode_basestring_ascii
 
 
-def _float(value: float) -> str:
+def json_float(value: float) -> str:
     """A float as json.dumps writes it (repr), refusing what it refuses with allow_nan=False.
     The fields written without it are ints the fold counts or copies from event times."""
     if not math.isfinite(value):
