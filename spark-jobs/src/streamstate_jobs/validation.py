@@ -38,6 +38,7 @@ from streamstate_jobs.kinds import Kind
 from streamstate_jobs.rules.dead_letters import coordinates_key
 from streamstate_jobs.rules.event_time import STAGE as CLOCK_SKEW, clock_skew_reason
 from streamstate.state import Emit, StateResult, StateSpec
+from streamstate.state.bucket_function import KEY_COLUMN
 from streamstate.state.columns import Columns
 from streamstate.state.schema import spark_schema
 from streamstate.state.keyrun import INPUT_COLUMNS, TIME
@@ -258,8 +259,12 @@ def _validating_packer(model: type[UserEvent] | type[Metric], schema: T.StructTy
 
 
 def validated_spec(spec: StateSpec) -> StateSpec:
-    """``spec`` as :func:`map_validated` runs it: its function under :func:`with_dead_letters`."""
-    return replace(spec, func=with_dead_letters(spec.func))
+    """``spec`` as :func:`map_validated` runs it: its function (and bucket function) under
+    :func:`with_dead_letters`."""
+    spec = replace(spec, func=with_dead_letters(spec.func))
+    if spec.bucket_func is not None:
+        spec = replace(spec, bucket_func=bucket_with_dead_letters(spec.bucket_func))
+    return spec
 
 
 def with_dead_letters(func: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
@@ -273,6 +278,23 @@ def with_dead_letters(func: Callable[[Any, Any, Any], Any]) -> Callable[[Any, An
         if key == INVALID_RECORDS_KEY:
             return [contract_dead_letter(row) for row in (rows.rows() if isinstance(rows, Columns) else rows)]
         return func(key, rows, state)
+
+    return run
+
+
+def bucket_with_dead_letters(func: Callable[[Any, Any, int], Any]) -> Callable[[Any, Any, int], Any]:
+    """A job's bucket function that also turns the invalid records into dead letters; the
+    function sees the valid ones only."""
+
+    def run(state: Any, records: pa.Table | None, watermark_ms: int) -> Any:
+        letters: list[Emit] = []
+        if records is not None:
+            invalid = pc.fill_null(pc.equal(records.column(KEY_COLUMN), INVALID_RECORDS_KEY), False)
+            if pc.any(invalid).as_py():
+                letters = [contract_dead_letter(row) for row in records.filter(invalid).to_pylist()]
+                records = records.filter(pc.invert(invalid))
+        result = func(state, records, watermark_ms)
+        return result._replace(outputs=[*letters, *result.outputs]) if letters else result
 
     return run
 

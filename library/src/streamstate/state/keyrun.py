@@ -51,6 +51,7 @@ class Plan:
     output_limit_bytes: int = 1_000_000
     every_batch: bool = False  # every key in state is called in every batch (updateStateByKey)
     columnar: bool = False  # the function gets its values as Columns, not a list of dicts
+    bucket_func: Any = None  # run once per bucket visit instead (StateSpec.over_buckets)
 
     @classmethod
     def of(cls, spec: StateSpec, ordered_by_offset: bool = True) -> Plan:
@@ -67,6 +68,7 @@ class Plan:
             output_limit_bytes=spec.output_limit_bytes,
             every_batch=spec.every_batch,
             columnar=spec.columnar,
+            bucket_func=spec.bucket_func,
         )
 
 

@@ -77,6 +77,8 @@ RecordFunction = Callable[[Any, Any, Any], Any]
 BatchFunction = Callable[[Any, list, Any], Iterable[Any] | None]
 # (key, values as Columns, state) -> iterable of outputs
 ColumnarFunction = Callable[[Any, Any, Any], Iterable[Any] | None]
+# (bucket state | None, records as an Arrow table | None, watermark ms) -> BucketResult
+BucketFunction = Callable[[Any, Any, int], Any]
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class StateSpec:
     every_batch: bool = False
     processing_timers: bool = False
     columnar: bool = False
+    bucket_func: BucketFunction | None = None
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -167,6 +170,33 @@ class StateSpec:
             return [new_state]
 
         return replace(cls.batch_function(update), every_batch=every_batch)
+
+    def over_buckets(self, func: BucketFunction) -> StateSpec:
+        """Run ``func(state, records, watermark_ms) -> BucketResult`` once per bucket visit in
+        Spark, instead of this spec's per-key function, which stays its reference (the in-memory
+        tester runs it).
+
+        ``state`` is the bucket's own value (None at first), ``records`` the visit's records as an
+        Arrow table (the key column ``__ss_key``, then the value's fields; None when a timer fired)
+        and ``watermark_ms`` the batch's watermark. The function does for all of the bucket's keys
+        what the per-key engine does for one: it orders their records, keeps their states in
+        whatever layout it likes, emits each changed key's snapshot, and names the watermark at
+        which it has work again (:class:`~streamstate.state.bucket_function.BucketResult`). It is
+        for rules whose per-key Python is the cost: a test should hold it equal to the per-key
+        function. Needs :meth:`event_time`; no timeout, initial state or every-batch mode.
+        """
+        if not callable(func):
+            raise TypeError(f"StateSpec.over_buckets needs a callable, got {type(func).__name__}")
+        refused = [what for what, set_ in (
+            ("a timeout", self.timeout_ms is not None), ("an initial state", self.initial is not None),
+            ("every-batch mode", self.every_batch), ("processing-time timers", self.processing_timers),
+        ) if set_]
+        if self.event_time_column is None or refused:
+            raise ValueError(
+                "a bucket function keeps its own timers on the watermark: the spec needs event_time() and none of "
+                f"{', '.join(refused) or 'a timeout, an initial state, every-batch mode'}"
+            )
+        return replace(self, bucket_func=func)
 
     def initial_state(self, initial: Any) -> StateSpec:
         """Start from a DataFrame with columns ``(key, state)`` or a list of ``(key, state)`` pairs.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import pandas as pd
 
+from streamstate.state import bucket_function
 from streamstate.state.buckets import Bucket, BucketStore, initial_entries
 from streamstate.state.columns import records_by_key
 from streamstate.state.keyrun import OUTPUT_COLUMNS, Plan
@@ -34,6 +35,10 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     # would round offsets above 2**53), and pandas builds the frame in one pass, about 5x faster
     # than typed nullable arrays; Spark converts each column to its Arrow type on the way out.
     return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)
+
+
+def _frame_of(rows: list[tuple]) -> pd.DataFrame | None:
+    return _frame(rows) if rows else None
 
 
 def _collector_paused(visit: Callable[P, R]) -> Callable[P, R]:
@@ -81,6 +86,8 @@ class BucketVisits:
     def input_rows(self, store: BucketStore, rows: Iterator[pd.DataFrame], timer_values: TimerValues) -> pd.DataFrame | None:
         """The bucket's packed rows of this batch applied; the visit's output, if any."""
         table = unpack(blob for frame in rows for blob in frame[BLOB])
+        if self.plan.bucket_func is not None:
+            return _frame_of(bucket_function.visit(self.plan, store, table, timer_values.getCurrentWatermarkInMs()))
         bucket = self._bucket(store, timer_values)
         if table is not None and self.plan.columnar:
             by_key, values = records_by_key(table, self.plan.event_time, self.plan.ordered_by_offset)
@@ -92,6 +99,9 @@ class BucketVisits:
     @_collector_paused
     def expired_timer(self, store: BucketStore, timer_values: TimerValues, expiry_ms: int) -> pd.DataFrame | None:
         """The bucket's timer at ``expiry_ms`` fired; the visit's output, if any."""
+        if self.plan.bucket_func is not None:
+            watermark = timer_values.getCurrentWatermarkInMs()
+            return _frame_of(bucket_function.visit(self.plan, store, None, watermark, fired_ms=expiry_ms))
         bucket = self._bucket(store, timer_values)
         bucket.timer_fired(expiry_ms)
         return self._finish(bucket)

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamstate.state import Columns, Emit
+from streamstate.state.bucket_function import BucketResult
 from streamstate.state.columns import ROW_VALUES
 from streamstate.state.state import NO_STATE, StateDriver
 from streamstate_pipeline.contracts import Alert, ClosedSession
@@ -937,6 +938,13 @@ def _snapshot_json(
         f'"total_events":{events},"total_session_ms":{session_ms},'
         f'"avg_session_ms":{rules.json_float(average)}}},"activities":{{{spans}}}}}'
     )
+
+
+def on_bucket(rule: rules.SessionRule, state: SessionColumns | None, records: pa.Table | None, watermark_ms: int) -> BucketResult:
+    """The job's bucket function (``StateSpec.over_buckets``): one :func:`visit`."""
+    result = visit(state or SessionColumns(), records, watermark_ms if watermark_ms >= 0 else None, rule)
+    kept = result.state if result.state.n else None
+    return BucketResult(kept, result.records, result.snapshots, result.next_deadline(rule))
 
 
 def events_table(rows: Iterable[dict[str, Any]]) -> pa.Table:

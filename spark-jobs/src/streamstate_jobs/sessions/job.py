@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from streamstate_pipeline.contracts import ClosedSession, UserEvent
 from streamstate_jobs.context import JobContext
 from streamstate_jobs.declaration import Counter, ExtraQuery, Gauge, JobSpec
-from streamstate_jobs.sessions import rules as sessions
+from streamstate_jobs.sessions import bucket, rules as sessions
 from streamstate_jobs.sessions.per_user import on_user, user_snapshot
 from streamstate_jobs.runner import job_main
 from streamstate_jobs.validation import good_rows, validate
@@ -43,6 +43,7 @@ def state_spec(settings: Settings) -> StateSpec:
         .snapshots(partial(user_snapshot, rule))
         .buckets(settings.bucket_count)
         .hot_keys(settings.state_hot_keys)
+        .over_buckets(partial(bucket.on_bucket, rule))
     )
 
 
