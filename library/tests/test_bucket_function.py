@@ -9,9 +9,10 @@ import pytest
 
 from streamstate.state import Emit, StateSpec
 from streamstate.state import bucket_function
-from streamstate.state.bucket_function import BucketResult, StateLayoutError
+from streamstate.state.bucket_function import BucketResult
 from streamstate.state.buckets import TICK_MS, Bucket, MemoryBucketStore
 from streamstate.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, SNAPSHOT, Plan
+from streamstate.state.state import StateLayoutError
 
 IDLE_MS = 100
 
@@ -85,12 +86,59 @@ def test_an_output_over_the_limit_is_a_dead_letter_under_its_key_and_the_rest_is
     assert "exceeds max_output_bytes=10" in rows[0][3]
 
 
-def test_a_state_the_per_key_engine_wrote_is_refused_with_what_to_do():
+def _per_key_totals(key, values, state):
+    """The per-key form of ``totals``, with a deadline far enough ahead to be filed in the wheel."""
+    total, latest = state.get_option((0, 0))
+    for amount, ts in zip(values["amount"], values["ts"]):
+        total, latest = total + amount, max(latest, ts)
+    state.update((total, latest))
+    state.set_timeout_timestamp(latest + 10 * TICK_MS)
+    return []
+
+
+def _per_key_bucket(store: MemoryBucketStore, records: list[tuple[str, int, int]]) -> None:
+    """The per-key engine's visit, with room for one hot key: the others go cold, their deadlines to the wheel."""
+    plan = Plan.of(StateSpec.columnar_function(_per_key_totals).event_time("ts"))
+    bucket = Bucket(plan, store, 0, 0, 0, 1, TICK_MS).load()
+    by_key: dict = {}
+    for offset, (key, amount, ts) in enumerate(records):
+        by_key.setdefault(key, []).append((key, {"amount": amount, "ts": ts}, ts, "t", 0, offset))
+    bucket.apply_records(by_key.items())
+    bucket.save()
+
+
+def test_a_checkpoint_the_per_key_engine_wrote_is_carried_on_by_from_keys():
     store = MemoryBucketStore()
-    per_key = Plan.of(StateSpec.columnar_function(_per_key).event_time("ts"))
-    Bucket(per_key, store, 0, 0, 0, 100, TICK_MS).load().save()
+    _per_key_bucket(store, [("a", 2, 10), ("b", 5, 20), ("c", 1, 30)])
+    _per_key_bucket(store, [("a", 3, 40)])  # a hot again: its cold copy is older than its hot entry
+    assert store.cold and store.wheel and store.timers  # the per-key layout in full: hot, cold, wheel, timers
+
+    handed: list[dict] = []
+
+    def from_keys(states):
+        handed.append(states)
+        return dict(states)
+
+    plan = Plan.of(StateSpec.columnar_function(_per_key).event_time("ts").over_buckets(totals, from_keys=from_keys))
+    rows = bucket_function.visit(plan, store, _table([("b", 1, 50)]), watermark_ms=0)
+    assert handed == [{"a": (5, 40), "b": (5, 20), "c": (1, 30)}]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("total", "b", "6"), (SNAPSHOT, "b", '{"total":6}')]
+    assert store.cold == {} and store.wheel == {} and store.timers == {30 + IDLE_MS}  # the per-key timers deleted
+    bucket_function.visit(plan, store, None, watermark_ms=0)
+    assert len(handed) == 1  # carried on once: the bucket's state is in the new layout from then on
+
+
+def test_a_per_key_checkpoint_without_from_keys_and_the_other_way_round_are_refused_with_what_to_do():
+    store = MemoryBucketStore()
+    _per_key_bucket(store, [("a", 2, 10)])
     with pytest.raises(StateLayoutError, match="start the query from a new checkpoint"):
         bucket_function.visit(Plan.of(SPEC), store, None, watermark_ms=0)
+
+    store = MemoryBucketStore()
+    bucket_function.visit(Plan.of(SPEC), store, _table([("a", 2, 10)]), watermark_ms=0)
+    per_key = Plan.of(StateSpec.columnar_function(_per_key).event_time("ts"))
+    with pytest.raises(StateLayoutError, match="run it with its bucket function"):
+        Bucket(per_key, store, 0, 0, 0, 100, TICK_MS).load()
 
 
 def test_a_function_that_returns_something_else_is_named():

@@ -47,25 +47,38 @@ events_strategy = st.lists(
 )
 
 
-def _run(arrival: list[dict], cuts: list[int], delay: int) -> tuple:
-    """Both forms over the same batches; (reference rows, bucket rows, reference tester, bucket state)."""
+def _run(arrival: list[dict], cuts: list[int], delay: int, switch_at: int = 0) -> tuple:
+    """Both forms over the same batches; (reference rows, bucket rows, reference tester, bucket
+    state). With ``switch_at``, the bucket form starts at that batch from the per-user states
+    the reference holds then (a checkpoint of the per-key engine carried on), and the
+    reference's rows are those from then on."""
     tester = StateTester(sessions_job.state_spec(SETTINGS), watermark_delay_ms=delay)
     state = bucket.SessionColumns()
-    watermark, max_ts = 0, None
+    watermark, max_ts, first = 0, None, 0
     got: list[tuple] = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(arrival)]):
+    for index, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(arrival)])):
+        if index == switch_at and switch_at:
+            state = bucket.SessionColumns.of_user_states(_states(tester), RULE)
+            first = len(tester.rows)
         batch = arrival[lo:hi]
         tester.run_batch([(e["user_id"], e, e["ts"]) for e in batch])
-        result = bucket.visit(state, bucket.events_table(batch) if batch else None, watermark, RULE)
-        state = _collect(result, got)
         if batch:
             max_ts = max([e["ts"] for e in batch] + ([] if max_ts is None else [max_ts]))
+        if index < switch_at:
+            watermark = tester.watermark_ms
+            continue
+        state = _collect(bucket.visit(state, bucket.events_table(batch) if batch else None, watermark, RULE), got)
+        if batch:
             moved = max(watermark, max_ts - delay)
             if moved > watermark:
                 watermark = moved
                 state = _collect(bucket.visit(state, None, watermark, RULE), got)
     assert tester.watermark_ms == watermark
-    return [(r.kind, r.key, r.payload) for r in tester.rows], got, tester, state
+    return [(r.kind, r.key, r.payload) for r in tester.rows[first:]], got, tester, state
+
+
+def _states(tester: StateTester) -> dict:
+    return {user: tester.codec.decode(user, text) for user, text in tester.store.items()}
 
 
 def _collect(result: bucket.Visit, rows: list[tuple]) -> bucket.SessionColumns:
@@ -98,12 +111,12 @@ def _comparable(state: dict) -> dict:
     return state
 
 
-def _check(raw: list[tuple], cut_points: list[int], delay: int) -> None:
+def _check(raw: list[tuple], cut_points: list[int], delay: int, switch_at: int = 0) -> None:
     arrival = [_value(user, ts, f"e{i}", kind, amount, n) for n, (user, ts, i, kind, amount) in enumerate(raw)]
     cuts = sorted({c % (len(arrival) + 1) for c in cut_points})
-    expected, got, tester, state = _run(arrival, cuts, delay)
+    expected, got, tester, state = _run(arrival, cuts, delay, min(switch_at, len(cuts)))
     assert _by_key(got) == _by_key(expected)
-    reference = {user: _comparable(tester.codec.decode(user, text)) for user, text in tester.store.items()}
+    reference = {user: _comparable(s) for user, s in _states(tester).items()}
     assert {user: _comparable(s) for user, s in state.user_states().items()} == reference
 
 
@@ -130,6 +143,15 @@ def test_a_bucket_visit_gives_what_the_per_user_rule_gives(raw, cut_points, dela
     _check(raw, cut_points, delay)
 
 
+@hsettings(max_examples=150, deadline=None)
+@given(events_strategy, st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=5),
+       st.integers(min_value=0, max_value=30).map(lambda d: d * 10), st.integers(min_value=1, max_value=5))
+def test_per_user_states_carried_on_as_columns_give_what_the_per_user_rule_gives(raw, cut_points, delay, switch_at):
+    """A checkpoint of the per-key engine, read by the bucket form from some batch on (the
+    engine hands its states to ``from_keys``: SessionColumns.of_user_states)."""
+    _check(raw, cut_points, delay, switch_at)
+
+
 def test_the_visits_records_are_the_per_user_rules_on_a_longer_run():
     """Many users and batches (a seeded run bigger than the property's examples)."""
     import random
@@ -147,7 +169,7 @@ def test_states_convert_to_columns_and_back():
     arrival = [_value("u1", 5, "a", "page_view", None, 0), _value("u1", 7, "b", "purchase", 2.5, 1),
                _value("u2", 9, "c", "login", None, 2)]
     _, _, tester, state = _run(arrival, [1], 3)
-    states = {user: tester.codec.decode(user, text) for user, text in tester.store.items()}
+    states = _states(tester)
     again = bucket.SessionColumns.of_user_states(states, RULE).user_states()
     assert {u: _comparable(s) for u, s in again.items()} == {u: _comparable(s) for u, s in states.items()}
 

@@ -1,6 +1,7 @@
 """The state API's own guarantees on real queries: event-time and processing-time timeouts,
 keeping a key during its timeout, late records, batch functions with typed outputs and an
-initial-state DataFrame, the columnar form, and a state whose type changed between releases."""
+initial-state DataFrame, the columnar form, a state whose type changed between releases, and
+a checkpoint of the per-key engine carried on by a bucket function."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.types import StructType
 
 from examples.runner import EVENT_TIME, read_json_topic
-from streamstate.state import StateSpec, map_with_state, processor
+from streamstate.state import Emit, StateSpec, map_with_state, processor
+from streamstate.state.bucket_function import KEY_COLUMN, BucketResult
 from streamstate.state.keyrun import OUTPUT_SCHEMA
 from streamstate.state.tester import StateTester, by_key
 from tests.state_queries import RowCollector, kinds, produce_json
@@ -290,3 +292,39 @@ def test_a_session_without_the_rocksdb_store_is_refused_before_the_query_starts(
     finally:
         spark.conf.set(PROVIDER_SETTING, before)
     map_with_state(df, key="key", spec=spec)  # with the store set, the same call defines the query
+
+
+def _counts_per_key(key, values, state):
+    """Per key: its records so far, with a deadline ten minutes on (filed in the timer wheel when evicted)."""
+    state.update(state.get_option(0) + values.num_rows)
+    state.set_timeout_timestamp(max(values["ts"]) + 600_000)
+    return [Emit("count", key, str(state.get()))]
+
+
+def _counts_per_bucket(state, records, watermark_ms):
+    """The same counts over a whole bucket at once (no deadlines)."""
+    state = dict(state or {})
+    keys = [] if records is None else records.column(KEY_COLUMN).to_pylist()
+    for key in keys:
+        state[key] = state.get(key, 0) + 1
+    touched = sorted(set(keys))
+    return BucketResult(state, [Emit("count", k, str(state[k])) for k in touched], [(k, str(state[k])) for k in touched], None)
+
+
+def test_a_checkpoint_of_the_per_key_engine_is_carried_on_by_a_bucket_function(spark, settings, bootstrap, new_topic, tmp_path):
+    """One bucket with room for one hot key: the others' states are in the cold map and their
+    deadlines in the wheel when the spec gains a bucket function, which gets every one of them."""
+    topic, checkpoint = new_topic(), str(tmp_path / "cp")
+    df = read_json_topic(spark, settings.bootstrap_servers, topic, SCHEMA, event_time_ms="ts", watermark_delay="0 seconds")
+    per_key = StateSpec.columnar_function(_counts_per_key).event_time(EVENT_TIME).buckets(1).hot_keys(1)
+
+    for keys in (("a", "b", "c"), ("a",)):  # the second run touches a alone: b and c go cold
+        produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": 1_000} for k in keys])
+        RowCollector(map_with_state(df, "key", per_key, value=["n", "ts"]), checkpoint, available_now=True).await_done()
+
+    produce_json(bootstrap, topic, [{"key": k, "n": "1", "ts": 2_000} for k in ("a", "b", "c")])
+    carried = per_key.over_buckets(_counts_per_bucket, from_keys=dict)
+    collector = RowCollector(map_with_state(df, "key", carried, value=["n", "ts"]), checkpoint, available_now=True)
+    collector.await_done()
+    rows = collector.finish()
+    assert sorted((r[1], r[2]) for r in kinds(rows, "count")) == [("a", "3"), ("b", "2"), ("c", "2")]

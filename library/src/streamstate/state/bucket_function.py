@@ -25,7 +25,8 @@ import pyarrow as pa
 from streamstate.state.buckets import BucketStore, hot_blob, hot_bytes
 from streamstate.state.keyrun import DEAD_LETTER, INPUT_COLUMNS, KEY, SNAPSHOT, VALUE
 from streamstate.state.outputs import Emit, output_row, snapshot_payload
-from streamstate.state.state import StateError, one_line
+from streamstate.state.buckets import TEXT
+from streamstate.state.state import StateLayoutError, describe_key, one_line
 
 if TYPE_CHECKING:
     from streamstate.state.keyrun import Plan
@@ -53,11 +54,6 @@ class BucketResult(NamedTuple):
     timer_ms: int | None
 
 
-class StateLayoutError(StateError):
-    """A checkpoint's state was written by the per-key engine and read by a bucket function (or
-    the other way round): the two lay a bucket's state out differently."""
-
-
 def records(table: pa.Table) -> pa.Table:
     """A visit's packed rows as a bucket function gets them: the key column (:data:`KEY_COLUMN`),
     then the value's fields (a value that is not a struct is the column ``value``)."""
@@ -75,12 +71,12 @@ def visit(plan: Plan, store: BucketStore, table: pa.Table | None, watermark_ms: 
     ``fired_ms``: the timer that fired (Spark has deleted it)."""
     blob = store.load_hot()
     saved = None if blob is None else pickle.loads(hot_bytes(blob))
-    if saved is not None and (type(saved) is not dict or saved.get("layout") != LAYOUT):
-        raise StateLayoutError(
-            "this bucket's state was written by the per-key engine (a spec without over_buckets), and this spec runs a "
-            "bucket function: start the query from a new checkpoint, or run the spec without over_buckets"
-        )
-    state, timer = (None, None) if saved is None else (saved["state"], saved["timer"])
+    if saved is None:
+        state, timer = None, None
+    elif saved.get("layout") == LAYOUT:
+        state, timer = saved["state"], saved["timer"]
+    else:
+        state, timer = _from_per_key(plan, store, saved, fired_ms), None
     if timer is not None and timer == fired_ms:
         timer = None
     result = plan.bucket_func(state, None if table is None else records(table), watermark_ms)
@@ -95,6 +91,29 @@ def visit(plan: Plan, store: BucketStore, table: pa.Table | None, watermark_ms: 
         {"layout": LAYOUT, "state": result.state, "timer": result.timer_ms}, protocol=pickle.HIGHEST_PROTOCOL,
     )))
     return _rows(plan, result)
+
+
+def _from_per_key(plan: Plan, store: BucketStore, saved: dict, fired_ms: int | None) -> Any:
+    """The bucket function's state from a bucket the per-key engine wrote (a checkpoint from
+    before the spec ran over buckets): every key's state, hot or cold, handed to the spec's
+    ``from_keys``; the cold map, the timer wheel and their timers are cleared."""
+    if plan.bucket_from_keys is None:
+        raise StateLayoutError(
+            "this bucket's state was written by the per-key engine (a spec without over_buckets), and this spec's "
+            "bucket function has no from_keys to carry it on: start the query from a new checkpoint, give "
+            "over_buckets a from_keys, or run the spec without over_buckets"
+        )
+    states = {describe_key(key): plan.codec.decode(key, entry[TEXT]) for key, entry in saved["hot"].items()}
+    if saved["cold"]:
+        for key, stored in store.cold_items():
+            if key not in states:  # a hot key's cold copy is older than its hot entry
+                states[key] = plan.codec.decode(key, stored)
+        store.cold_clear()
+    if saved["ticks"]:
+        store.wheel_clear()
+    for timer in {saved["timer"], *saved["ticks"]} - {None, fired_ms}:
+        store.delete_timer(timer)
+    return plan.bucket_from_keys(states)
 
 
 def _rows(plan: Plan, result: BucketResult) -> list[tuple]:

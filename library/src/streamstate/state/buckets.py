@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from streamstate.state.columns import ROW_VALUES, ValueSource
 from streamstate.state.keyrun import KeyRun, Plan
-from streamstate.state.state import describe_key
+from streamstate.state.state import StateLayoutError, describe_key
 
 # An entry of the hot set: [stored state, deadline or None, has a cold copy, last visit, changed since loaded].
 TEXT, DEADLINE, IN_COLD, LAST_SEEN, DIRTY = range(5)
@@ -71,6 +71,9 @@ class BucketStore(Protocol):
     def cold_get(self, key: str) -> tuple[bytes, int | None] | None: ...
     def cold_put(self, key: str, stored: bytes, deadline: int | None) -> None: ...
     def cold_remove(self, key: str) -> None: ...
+    def cold_items(self) -> Iterable[tuple[str, bytes]]: ...
+    def cold_clear(self) -> None: ...
+    def wheel_clear(self) -> None: ...
     def wheel_get(self, tick: int) -> bytes | None: ...
     def wheel_put(self, tick: int, blob: bytes) -> None: ...
     def wheel_remove(self, tick: int) -> None: ...
@@ -108,6 +111,18 @@ class MemoryBucketStore:
     def cold_remove(self, key: str) -> None:
         self.calls["cold"] += 1
         self.cold.pop(key, None)
+
+    def cold_items(self) -> Iterable[tuple[str, bytes]]:
+        self.calls["cold"] += 1
+        return [(key, stored) for key, (stored, _) in self.cold.items()]
+
+    def cold_clear(self) -> None:
+        self.calls["cold"] += 1
+        self.cold.clear()
+
+    def wheel_clear(self) -> None:
+        self.calls["wheel"] += 1
+        self.wheel.clear()
 
     def wheel_get(self, tick: int) -> bytes | None:
         self.calls["wheel"] += 1
@@ -159,6 +174,11 @@ class Bucket:
         blob = self.store.load_hot()
         if blob is not None:
             stored = pickle.loads(hot_bytes(blob))
+            if "layout" in stored:
+                raise StateLayoutError(
+                    f"this bucket's state was written by a bucket function ({stored['layout']}; StateSpec.over_buckets), "
+                    "and this spec runs per key: run it with its bucket function, or start from a new checkpoint"
+                )
             self.hot, self.cold_count, self.visit = stored["hot"], stored["cold"], stored["visit"]
             self.timer_ms, self.ticks = stored["timer"], stored["ticks"]
             self.called_all_at = stored.get("called_all_at")

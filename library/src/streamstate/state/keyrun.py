@@ -52,6 +52,7 @@ class Plan:
     every_batch: bool = False  # every key in state is called in every batch (updateStateByKey)
     columnar: bool = False  # the function gets its values as Columns, not a list of dicts
     bucket_func: Any = None  # run once per bucket visit instead (StateSpec.over_buckets)
+    bucket_from_keys: Any = None  # its state from per-key states (a checkpoint of the per-key engine)
 
     @classmethod
     def of(cls, spec: StateSpec, ordered_by_offset: bool = True) -> Plan:
@@ -69,6 +70,7 @@ class Plan:
             every_batch=spec.every_batch,
             columnar=spec.columnar,
             bucket_func=spec.bucket_func,
+            bucket_from_keys=spec.bucket_from_keys,
         )
 
 

@@ -72,6 +72,16 @@ class _Store:
     def cold_remove(self, key: str) -> None:
         self.cold.removeKey((key,))
 
+    def cold_items(self) -> Iterator[tuple[str, bytes]]:
+        for key, value in self.cold.iterator():
+            yield key[0], bytes(value[0])
+
+    def cold_clear(self) -> None:
+        self.cold.clear()
+
+    def wheel_clear(self) -> None:
+        self.wheel.clear()
+
     def wheel_get(self, tick: int) -> bytes | None:
         stored = self.wheel.getValue((tick,))
         return None if stored is None else bytes(stored[0])

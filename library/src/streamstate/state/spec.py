@@ -106,6 +106,7 @@ class StateSpec:
     processing_timers: bool = False
     columnar: bool = False
     bucket_func: BucketFunction | None = None
+    bucket_from_keys: Callable[[dict[str, Any]], Any] | None = None
 
     @classmethod
     def function(cls, func: RecordFunction) -> StateSpec:
@@ -171,7 +172,7 @@ class StateSpec:
 
         return replace(cls.batch_function(update), every_batch=every_batch)
 
-    def over_buckets(self, func: BucketFunction) -> StateSpec:
+    def over_buckets(self, func: BucketFunction, from_keys: Callable[[dict[str, Any]], Any] | None = None) -> StateSpec:
         """Run ``func(state, records, watermark_ms) -> BucketResult`` once per bucket visit in
         Spark, instead of this spec's per-key function, which stays its reference (the in-memory
         tester runs it).
@@ -184,6 +185,10 @@ class StateSpec:
         which it has work again (:class:`~streamstate.state.bucket_function.BucketResult`). It is
         for rules whose per-key Python is the cost: a test should hold it equal to the per-key
         function. Needs :meth:`event_time`; no timeout, initial state or every-batch mode.
+
+        ``from_keys(states)`` carries on a checkpoint the per-key engine wrote: at a bucket's first
+        visit it gets every key's state (``{key as text: state}``) and returns the bucket
+        function's state. Without it such a checkpoint is refused (``StateLayoutError``).
         """
         if not callable(func):
             raise TypeError(f"StateSpec.over_buckets needs a callable, got {type(func).__name__}")
@@ -196,7 +201,7 @@ class StateSpec:
                 "a bucket function keeps its own timers on the watermark: the spec needs event_time() and none of "
                 f"{', '.join(refused) or 'a timeout, an initial state, every-batch mode'}"
             )
-        return replace(self, bucket_func=func)
+        return replace(self, bucket_func=func, bucket_from_keys=from_keys)
 
     def initial_state(self, initial: Any) -> StateSpec:
         """Start from a DataFrame with columns ``(key, state)`` or a list of ``(key, state)`` pairs.

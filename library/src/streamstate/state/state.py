@@ -27,6 +27,11 @@ class StateUsageError(StateError, RuntimeError):
     """The user function used its ``State`` wrongly (get on a missing state, update after remove, ...)."""
 
 
+class StateLayoutError(StateError):
+    """A bucket's state is laid out for the other engine: per key (a spec's function) or as one
+    value (a bucket function, ``StateSpec.over_buckets``), and this spec cannot read it."""
+
+
 class OutputTooLarge(StateError, ValueError):
     """An output or snapshot over the spec's ``max_output_bytes``: it could never be written to Kafka."""
 

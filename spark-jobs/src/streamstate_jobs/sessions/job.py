@@ -43,7 +43,9 @@ def state_spec(settings: Settings) -> StateSpec:
         .snapshots(partial(user_snapshot, rule))
         .buckets(settings.bucket_count)
         .hot_keys(settings.state_hot_keys)
-        .over_buckets(partial(bucket.on_bucket, rule))
+        # The rule over each bucket's users as columns; the per-user function stays its reference,
+        # and a checkpoint the per-user engine wrote is carried on from its users' states.
+        .over_buckets(partial(bucket.on_bucket, rule), from_keys=partial(bucket.SessionColumns.of_user_states, rule=rule))
     )
 
 
