@@ -20,6 +20,9 @@ one Arrow blob (:mod:`~streamstate.state.packing`), and a bucket visit
 (:mod:`~streamstate.state.buckets`, :mod:`~streamstate.state.visits`) runs the per-key logic
 (:mod:`~streamstate.state.keyrun`) for each of its keys with new data or a due timer, over the
 bucket's hot set (one state value), a cold map for keys evicted from it and a timer wheel.
+A spec can run one function over a whole bucket instead (``StateSpec.over_buckets``,
+:mod:`~streamstate.state.bucket_function`): the bucket's records as one table and its state in
+a layout of the function's own, so a rule's per-key Python becomes array operations.
 Untouched keys cost nothing in ``map_with_state``; ``update_state_by_key`` calls every key
 every batch, as DStream's did (each bucket then keeps all its keys hot and a processing-time
 timer for the next batch, so it is visited with or without records). Per-key timers in
@@ -36,6 +39,7 @@ Public API::
 
     from streamstate.state import StateSpec, State, Emit, map_with_state, update_state_by_key, StateTypeError
     from streamstate.state import Columns   # what a StateSpec.columnar_function gets
+    from streamstate.state.bucket_function import BucketResult   # what a StateSpec.over_buckets function returns
     from streamstate.state.tester import StateTester   # run a spec in memory, without Spark
 
     # The DStream window family, on the same engine (streamstate.state.windows: the pure logic)

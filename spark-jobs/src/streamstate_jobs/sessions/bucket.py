@@ -13,10 +13,10 @@ batch cuts and watermarks: the same alerts, sessions, dead letters and snapshots
 that convert (:meth:`SessionColumns.user_states`) to the per-user rule's. Two differences, both
 by design: the counters are summed over the visit (one ``count`` row per counter, not per user),
 and the records come grouped by kind rather than user by user (each user's own sessions and
-snapshot keep their order). A user whose settled events hold a purchase that would take its
-session's total out of the range of a double is run through the per-user rule instead: a
-refused event changes the session boundaries after it, which only the event-by-event fold
-decides.
+snapshot keep their order). A user whose purchases could take a session's total out of the
+range of a double (:data:`OVERFLOW_BOUND`) is run through the per-user rule instead: the rule
+refuses such a purchase, which moves every session boundary after it, and only the
+event-by-event fold decides that.
 """
 
 from __future__ import annotations
@@ -335,23 +335,39 @@ def visit(state: SessionColumns, events: pa.Table | None, watermark_ms: int | No
     """One visit of a bucket: hold its new ``events`` (in any order; arrival order is their
     (partition, offset)), then settle every user the per-user engine would call (those with
     events, and those whose :meth:`~SessionColumns.deadlines` the watermark has reached)."""
-    sequential: set[str] = set()
-    while True:  # a user found in the settling fold, another in the snapshots' fold: a second round
-        if not sequential:
-            try:
-                return _visit(state, events, watermark_ms, rule)
-            except _Sequential as needed:
-                sequential |= needed.users
-        theirs = np.array([user in sequential for user in state.users], bool)
-        mine, rest = _split_events(events, sequential)
-        try:
-            columns = _visit(state.select(~theirs), rest, watermark_ms, rule)
-        except _Sequential as needed:
-            sequential |= needed.users
-            continue
-        per_user = _per_user_visit(state.select(theirs), mine, sequential, watermark_ms, rule)
-        return Visit(columns.state.concat(per_user.state), columns.records + per_user.records,
-                     columns.snapshots + per_user.snapshots)
+    sequential = _may_overflow(state, events)
+    if not sequential:
+        return _visit(state, events, watermark_ms, rule)
+    theirs = np.array([user in sequential for user in state.users], bool)
+    mine, rest = _split_events(events, sequential)
+    columns = _visit(state.select(~theirs), rest, watermark_ms, rule)
+    per_user = _per_user_visit(state.select(theirs), mine, sequential, watermark_ms, rule)
+    return Visit(columns.state.concat(per_user.state), columns.records + per_user.records,
+                 columns.snapshots + per_user.snapshots)
+
+
+# A session's purchase total can only leave the doubles (about 1.8e308) if its open total and
+# the sizes of every purchase the user holds or receives add up to more than this: below it,
+# no running total can overflow, rounding included, and the columns decide every user.
+OVERFLOW_BOUND = 1e307
+
+
+def _may_overflow(state: SessionColumns, events: pa.Table | None) -> set[str]:
+    """The users whose purchases could take a session's total out of the doubles: the fold
+    refuses such a purchase, which moves every boundary after it, so they go through the
+    per-user rule (hostile amounts only: an ordinary bucket has none)."""
+    held = np.where(state.is_open, np.abs(state.total), 0.0)
+    paid = (state.p_type == PURCHASE) & ~np.isnan(state.p_amount)
+    with np.errstate(over="ignore"):  # a sum past the doubles is inf: over the bound, as it should be
+        np.add.at(held, state.p_user[paid], np.abs(state.p_amount[paid]))
+    by_user = dict(zip(state.users, held.tolist())) if (held > 0).any() else {}
+    if events is not None and events.num_rows:
+        purchases = events.filter(pc.and_(pc.equal(events.column("type"), "purchase"), pc.is_valid(events.column("amount"))))
+        if purchases.num_rows:
+            sizes = pa.table({"user_id": purchases.column("user_id"), "size": pc.abs(purchases.column("amount"))})
+            for row in sizes.group_by("user_id").aggregate([("size", "sum")]).to_pylist():
+                by_user[row["user_id"]] = by_user.get(row["user_id"], 0.0) + row["size_sum"]
+    return {user for user, size in by_user.items() if not size <= OVERFLOW_BOUND}  # NaN/inf included
 
 
 def _split_events(events: pa.Table | None, users: set[str]) -> tuple[pa.Table | None, pa.Table | None]:
@@ -360,14 +376,6 @@ def _split_events(events: pa.Table | None, users: set[str]) -> tuple[pa.Table | 
         return None, None
     theirs = pc.is_in(events.column("user_id"), pa.array(sorted(users), pa.string()))
     return events.filter(theirs), events.filter(pc.invert(theirs))
-
-
-class _Sequential(Exception):
-    """Users whose fold only the per-user rule decides (a purchase that would overflow)."""
-
-    def __init__(self, users: set[str]):
-        super().__init__(f"{len(users)} users need the per-user fold")
-        self.users = users
 
 
 def _per_user_visit(
@@ -626,19 +634,14 @@ def _fold(state: SessionColumns, events: _Events, rule: rules.SessionRule, quiet
     continues = carried[starts]  # the segment goes on with the user's open session
     seg_of = np.cumsum(segment_start) - 1
 
-    # Purchase totals, in fold order: a sum that leaves the doubles refuses the event, which
-    # moves every boundary after it; only the per-user fold decides that user.
+    # Purchase totals, added in fold order as the per-user rule adds them (floats: the order
+    # is the result). None leaves the doubles: visit() sent such users to the per-user rule.
     seg_total = np.where(continues, state.total[seg_user], 0.0)
     paid = np.flatnonzero((types == PURCHASE) & ~np.isnan(amount) & (amount != 0))
     if len(paid):
         totals = seg_total.tolist()
-        overflowed = set()
-        for i, s, a in zip(paid.tolist(), seg_of[paid].tolist(), amount[paid].tolist()):
+        for s, a in zip(seg_of[paid].tolist(), amount[paid].tolist()):
             totals[s] += a
-            if not np.isfinite(totals[s]):
-                overflowed.add(state.users[int(u[i])])
-        if overflowed:
-            raise _Sequential(overflowed)
         seg_total = np.array(totals, np.float64)
 
     def per_segment(values: np.ndarray) -> np.ndarray:

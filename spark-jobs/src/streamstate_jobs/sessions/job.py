@@ -3,8 +3,10 @@
     streamstate-sessions-job --help
 
 One streaming query: Kafka source -> contract validation -> event-time watermark ->
-``map_with_state`` per user running :mod:`streamstate_jobs.sessions.rules` (which also
-drops duplicates and refuses late or overflowing events, dead-lettered here) -> written to
+``map_with_state`` running :mod:`streamstate_jobs.sessions.rules` over each bucket's users as
+columns (:mod:`~streamstate_jobs.sessions.bucket`; per user in
+:mod:`~streamstate_jobs.sessions.per_user`, its reference), which also drops duplicates and
+refuses late or overflowing events, dead-lettered here -> written to
 the output topics by its tasks (:func:`~streamstate_jobs.routing.routed`). Bad records pass the same operator under a reserved
 key and come out as dead letters, so the topic is read and validated once per batch. The
 rule itself lives in the rules module; this file is the wiring and the job's declaration
