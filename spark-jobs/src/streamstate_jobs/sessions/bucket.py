@@ -59,6 +59,12 @@ NONE = -1  # an activity never seen (event times are >= 0)
 EVENT_COLUMNS = ("user_id", "ts", "event_id", "type", "amount", "topic", "partition", "offset", "kafka_ts")
 
 
+def _empty(dtype: Any, width: int | None = None) -> Any:
+    """A column of no users (``width`` values each for a block)."""
+    shape = (0,) if width is None else (0, width)
+    return field(default_factory=lambda: np.zeros(shape, dtype))
+
+
 @dataclass
 class SessionColumns:
     """Every user's state in a bucket, as columns.
@@ -74,29 +80,29 @@ class SessionColumns:
     """
 
     users: list[str] = field(default_factory=list)
-    ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    behaviour: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.int64))
-    first: np.ndarray = field(default_factory=lambda: np.zeros((0, len(TYPES)), np.int64))
-    last: np.ndarray = field(default_factory=lambda: np.zeros((0, len(TYPES)), np.int64))
-    is_open: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    open: np.ndarray = field(default_factory=lambda: np.zeros((0, 7), np.int64))
-    total: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
-    activity: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
-    alerted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
-    short_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    p_user: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    p_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ts: np.ndarray = _empty(np.int64)
+    behaviour: np.ndarray = _empty(np.int64, 4)
+    first: np.ndarray = _empty(np.int64, len(TYPES))
+    last: np.ndarray = _empty(np.int64, len(TYPES))
+    is_open: np.ndarray = _empty(bool)
+    open: np.ndarray = _empty(np.int64, 7)
+    total: np.ndarray = _empty(np.float64)
+    activity: np.ndarray = _empty(np.int8)
+    alerted: np.ndarray = _empty(np.uint8)
+    short_ids: np.ndarray = _empty(bool)
+    p_user: np.ndarray = _empty(np.int64)
+    p_ts: np.ndarray = _empty(np.int64)
     p_id: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
-    p_type: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
-    p_amount: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))  # NaN: no amount
-    p_source: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
-    s_user: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    s_hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    s_lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    s_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    s_short: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    r_user: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    r_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    p_type: np.ndarray = _empty(np.int8)
+    p_amount: np.ndarray = _empty(np.float64)  # NaN: no amount
+    p_source: np.ndarray = _empty(object)
+    s_user: np.ndarray = _empty(np.int64)
+    s_hi: np.ndarray = _empty(np.uint64)
+    s_lo: np.ndarray = _empty(np.uint64)
+    s_ts: np.ndarray = _empty(np.int64)
+    s_short: np.ndarray = _empty(bool)
+    r_user: np.ndarray = _empty(np.int64)
+    r_ts: np.ndarray = _empty(np.int64)
 
     @property
     def n(self) -> int:
@@ -183,15 +189,20 @@ class SessionColumns:
         }
 
     @classmethod
-    def of_user_states(cls, states: dict[str, dict[str, Any]], rule: rules.SessionRule) -> SessionColumns:
-        """Per-user states as columns (a checkpoint's states, or users run by the per-user rule)."""
-        n = len(states)
-        c = cls(
-            users=list(states), ts=np.zeros(n, np.int64), behaviour=np.zeros((n, 4), np.int64),
+    def fresh(cls, users: list[str]) -> SessionColumns:
+        """Users with nothing yet: no events, no session, no ids."""
+        n = len(users)
+        return cls(
+            users=users, ts=np.full(n, NONE, np.int64), behaviour=np.zeros((n, 4), np.int64),
             first=np.full((n, len(TYPES)), NONE, np.int64), last=np.full((n, len(TYPES)), NONE, np.int64),
             is_open=np.zeros(n, bool), open=np.zeros((n, 7), np.int64), total=np.zeros(n, np.float64),
             activity=np.zeros(n, np.int8), alerted=np.zeros(n, np.uint8), short_ids=np.zeros(n, bool),
         )
+
+    @classmethod
+    def of_user_states(cls, states: dict[str, dict[str, Any]], rule: rules.SessionRule) -> SessionColumns:
+        """Per-user states as columns (a checkpoint's states, or users run by the per-user rule)."""
+        c = cls.fresh(list(states))
         pending: list[tuple] = []
         seen: list[tuple] = []
         views: list[tuple] = []
@@ -461,7 +472,7 @@ def _admit(
     unknown = np.isnan(rows) if rows.dtype.kind == "f" else np.zeros(len(rows), bool)
     if unknown.any():
         new_users = pc.unique(pc.filter(user_ids, pa.array(unknown))).to_pylist()
-        state = _with_new_users(state, new_users)
+        state = state.concat(SessionColumns.fresh(new_users))
         rows = pc.index_in(user_ids, value_set=pa.array(state.users, pa.string())).to_numpy(zero_copy_only=False)
     user = rows.astype(np.int64)
     ts = _int_column(events, "ts")
@@ -489,17 +500,6 @@ def _admit(
 
 def _int_column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _with_new_users(state: SessionColumns, users: list[str]) -> SessionColumns:
-    n = len(users)
-    new = SessionColumns(
-        users=users, ts=np.full(n, NONE, np.int64), behaviour=np.zeros((n, 4), np.int64),
-        first=np.full((n, len(TYPES)), NONE, np.int64), last=np.full((n, len(TYPES)), NONE, np.int64),
-        is_open=np.zeros(n, bool), open=np.zeros((n, 7), np.int64), total=np.zeros(n, np.float64),
-        activity=np.zeros(n, np.int8), alerted=np.zeros(n, np.uint8), short_ids=np.zeros(n, bool),
-    )
-    return state.concat(new)
 
 
 def _remembered(state: SessionColumns, user: np.ndarray, hi: np.ndarray, lo: np.ndarray, ids: list[str]) -> np.ndarray:
