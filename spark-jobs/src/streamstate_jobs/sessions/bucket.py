@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from streamstate.state import Columns, Emit
 from streamstate.state.bucket_function import BucketResult
 from streamstate.state.columns import ROW_VALUES
+from streamstate.state.packing import python_values
 from streamstate.state.state import NO_STATE, StateDriver
 from streamstate_pipeline.contracts import Alert, ClosedSession
 from streamstate_jobs.kinds import Kind
@@ -466,7 +467,7 @@ def _admit(
     """The events in arrival order, each decided as :func:`rules.admit` decides it; the users new
     to the bucket are added (without state yet: held events make it)."""
     order = np.lexsort((_int_column(events, "offset"), _int_column(events, "partition")))
-    events = events.take(pa.array(order))
+    events = events.select(list(EVENT_COLUMNS)).take(pa.array(order))  # the columns read, not every one given
     user_ids = events.column("user_id")
     rows = pc.index_in(user_ids, value_set=pa.array(state.users, pa.string())).to_numpy(zero_copy_only=False)
     unknown = np.isnan(rows) if rows.dtype.kind == "f" else np.zeros(len(rows), bool)
@@ -477,7 +478,7 @@ def _admit(
     user = rows.astype(np.int64)
     ts = _int_column(events, "ts")
     id_column = events.column("event_id").combine_chunks()
-    ids = id_column.to_pylist()
+    ids = python_values(id_column)  # through NumPy: a tenth of to_pylist()'s cost
     hi, lo = _id_hashes(ids)
     late = np.zeros(len(ts), bool) if watermark_ms is None else ts <= watermark_ms
     duplicate = _remembered(state, user, hi, lo, ids)
@@ -583,9 +584,18 @@ class _Events:
 
 
 def _sorted_pending(state: SessionColumns, rows: np.ndarray) -> _Events:
-    ids = state.p_id.take(pa.array(rows, pa.int64()))
-    rank = pc.rank(ids, sort_keys="ascending", tiebreaker="dense").to_numpy() if len(ids) else np.zeros(0, np.int64)
-    order = rows[np.lexsort((rank, state.p_ts[rows], state.p_user[rows]))]
+    order = rows[np.lexsort((state.p_ts[rows], state.p_user[rows]))]
+    user, ts = state.p_user[order], state.p_ts[order]
+    # Events of one user at one time fold in event-id order: few, so sorted as Python strings
+    # (the per-user rule's own order) rather than ranking every id.
+    tied = np.flatnonzero((user[1:] == user[:-1]) & (ts[1:] == ts[:-1]))
+    if len(tied):
+        first = tied[np.concatenate([[True], tied[1:] != tied[:-1] + 1])]
+        last = np.append(tied[np.flatnonzero(tied[1:] != tied[:-1] + 1)], tied[-1]) + 2
+        for a, b in zip(first.tolist(), last.tolist()):
+            run = order[a:b]
+            ids = state.p_id.take(pa.array(run, pa.int64())).to_pylist()
+            order[a:b] = run[sorted(range(len(run)), key=ids.__getitem__)]
     return _Events(state.p_user[order], state.p_ts[order], state.p_type[order], state.p_amount[order], order)
 
 
