@@ -17,6 +17,8 @@ from hypothesis import example, given, settings as hsettings, strategies as st
 
 from streamstate.state.tester import StateTester
 from streamstate_jobs.sessions import bucket, rules
+from streamstate_jobs.sessions.columns import TYPES, SessionColumns, events_table
+from streamstate_jobs.sessions.fold import session_json
 from streamstate_jobs.sessions import job as sessions_job
 from streamstate_pipeline.settings import Settings
 
@@ -39,7 +41,7 @@ events_strategy = st.lists(
         st.sampled_from(USERS),
         st.integers(min_value=0, max_value=150).map(lambda t: t * 10),  # coarse: times meet the bounds exactly
         st.integers(min_value=0, max_value=12),  # a small id pool: re-sent copies, changed times
-        st.sampled_from(list(bucket.TYPES)),
+        st.sampled_from(list(TYPES)),
         st.one_of(st.none(), st.sampled_from([0.0, 1.5, 20.25, HUGE, -HUGE])),
     ),
     min_size=0,
@@ -53,12 +55,12 @@ def _run(arrival: list[dict], cuts: list[int], delay: int, switch_at: int = 0) -
     the reference holds then (a checkpoint of the per-key engine carried on), and the
     reference's rows are those from then on."""
     tester = StateTester(sessions_job.state_spec(SETTINGS), watermark_delay_ms=delay)
-    state = bucket.SessionColumns()
+    state = SessionColumns()
     watermark, max_ts, first = 0, None, 0
     got: list[tuple] = []
     for index, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(arrival)])):
         if index == switch_at and switch_at:
-            state = bucket.SessionColumns.of_user_states(_states(tester), RULE)
+            state = SessionColumns.of_user_states(_states(tester), RULE)
             first = len(tester.rows)
         batch = arrival[lo:hi]
         tester.run_batch([(e["user_id"], e, e["ts"]) for e in batch])
@@ -67,7 +69,7 @@ def _run(arrival: list[dict], cuts: list[int], delay: int, switch_at: int = 0) -
         if index < switch_at:
             watermark = tester.watermark_ms
             continue
-        state = _collect(bucket.visit(state, bucket.events_table(batch) if batch else None, watermark, RULE), got)
+        state = _collect(bucket.visit(state, events_table(batch) if batch else None, watermark, RULE), got)
         if batch:
             moved = max(watermark, max_ts - delay)
             if moved > watermark:
@@ -81,7 +83,7 @@ def _states(tester: StateTester) -> dict:
     return {user: tester.codec.decode(user, text) for user, text in tester.store.items()}
 
 
-def _collect(result: bucket.Visit, rows: list[tuple]) -> bucket.SessionColumns:
+def _collect(result: bucket.Visit, rows: list[tuple]) -> SessionColumns:
     rows.extend((str(e.kind), e.key, e.payload) for e in result.records)
     rows.extend(("snapshot", user, payload) for user, payload in result.snapshots)
     return result.state
@@ -161,7 +163,7 @@ def test_the_visits_records_are_the_per_user_rules_on_a_longer_run():
     raw = []
     for i in range(3_000):
         ts = i * 3 + rng.randrange(-60, 60)
-        raw.append((rng.choice(users), max(ts, 0), rng.randrange(2_500), rng.choice(bucket.TYPES), rng.choice([None, 3.0, 7.5])))
+        raw.append((rng.choice(users), max(ts, 0), rng.randrange(2_500), rng.choice(TYPES), rng.choice([None, 3.0, 7.5])))
     _check(raw, [rng.randrange(3_001) for _ in range(12)], 40)
 
 
@@ -170,7 +172,7 @@ def test_states_convert_to_columns_and_back():
                _value("u2", 9, "c", "login", None, 2)]
     _, _, tester, state = _run(arrival, [1], 3)
     states = _states(tester)
-    again = bucket.SessionColumns.of_user_states(states, RULE).user_states()
+    again = SessionColumns.of_user_states(states, RULE).user_states()
     assert {u: _comparable(s) for u, s in again.items()} == {u: _comparable(s) for u, s in states.items()}
 
 
@@ -179,7 +181,7 @@ def test_states_convert_to_columns_and_back():
 def test_a_closed_sessions_text_is_the_models(user_id, total):
     from streamstate_pipeline.contracts import ClosedSession
 
-    text = bucket._session_json(user_id, 10, 25, [3, 1, 1, 1], total, "logout")
+    text = session_json(user_id, 10, 25, [3, 1, 1, 1], total, "logout")
     model = ClosedSession(session_id=f"{user_id}:10", user_id=user_id, start=10, end=25, duration_ms=15, events=3,
                           page_views=1, clicks=1, purchases=1, purchase_total=total, ended_by="logout", ts=25)
     assert text == model.model_dump_json()

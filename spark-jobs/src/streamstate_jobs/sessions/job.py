@@ -26,6 +26,7 @@ from streamstate_pipeline.contracts import ClosedSession, UserEvent
 from streamstate_jobs.context import JobContext
 from streamstate_jobs.declaration import Counter, ExtraQuery, Gauge, JobSpec
 from streamstate_jobs.sessions import bucket, rules as sessions
+from streamstate_jobs.sessions.columns import SessionColumns
 from streamstate_jobs.sessions.per_user import on_user, user_snapshot
 from streamstate_jobs.runner import job_main
 from streamstate_jobs.validation import good_rows, validate
@@ -47,7 +48,7 @@ def state_spec(settings: Settings) -> StateSpec:
         .hot_keys(settings.state_hot_keys)
         # The rule over each bucket's users as columns; the per-user function stays its reference,
         # and a checkpoint the per-user engine wrote is carried on from its users' states.
-        .over_buckets(partial(bucket.on_bucket, rule), from_keys=partial(bucket.SessionColumns.of_user_states, rule=rule))
+        .over_buckets(partial(bucket.on_bucket, rule), from_keys=partial(SessionColumns.of_user_states, rule=rule))
     )
 
 
