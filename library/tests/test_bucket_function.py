@@ -155,3 +155,11 @@ def test_a_function_that_returns_something_else_is_named():
 def test_over_buckets_needs_event_time_and_nothing_per_key(spec):
     with pytest.raises(ValueError, match="keeps its own timers on the watermark"):
         spec.over_buckets(totals)
+
+
+@pytest.mark.parametrize("after", [
+    lambda spec: spec.timeout("1 minute"), lambda spec: spec.initial_state([("a", 1)]),
+])
+def test_what_over_buckets_refuses_is_refused_after_it_too(after):
+    with pytest.raises(ValueError, match="runs a bucket function"):
+        after(SPEC)

@@ -208,6 +208,7 @@ class StateSpec:
 
         A string ``state`` column is read as JSON text; other columns are taken as values.
         """
+        self._refuse_over_buckets("an initial state")
         return replace(self, initial=initial)
 
     def num_partitions(self, partitions: int) -> StateSpec:
@@ -220,6 +221,7 @@ class StateSpec:
         """Time a key out after this idle duration since its last record (see :meth:`event_time`):
         it is called once more, timing out, and removed (see ``State.is_timing_out``)."""
         self._refuse_on_every_batch("a timeout")
+        self._refuse_over_buckets("a timeout")
         return replace(self, timeout_ms=duration_ms(idle))
 
     def event_time(self, column: str, late: LateRecords = "process") -> StateSpec:
@@ -240,6 +242,7 @@ class StateSpec:
         clock for a stateful operator that asks for none, so without this they never fire."""
         if self.event_time_column is not None:
             raise ValueError("this spec runs on event time: its timers follow the watermark")
+        self._refuse_over_buckets("processing-time timers")
         return replace(self, processing_timers=True)
 
     def snapshots(self, snapshot: Callable[[Any, Any], Any]) -> StateSpec:
@@ -289,6 +292,10 @@ class StateSpec:
                 "to do: a key is dropped when the function returns None. Call only keys with data, and idle ones once "
                 "at their timeout, with every_batch=False"
             )
+
+    def _refuse_over_buckets(self, what: str) -> None:
+        if self.bucket_func is not None:
+            raise ValueError(f"this spec runs a bucket function (over_buckets), which keeps its own timers and state: no {what}")
 
     def state_type(self, state_cls: Any) -> StateSpec:
         """Keep the state as this type (a pydantic model, dataclass, or any pydantic-validatable type)."""

@@ -112,7 +112,7 @@ class BucketVisits:
         bucket.apply_without_data()
         bucket.apply_due()
         bucket.save()
-        return _frame(bucket.rows) if bucket.rows else None
+        return _frame_of(bucket.rows)
 
     def initial_state(self, store: BucketStore, initial: pd.DataFrame, timer_values: TimerValues) -> None:
         """The bucket's keys of the query's initial state, stored (each key is called this batch)."""
