@@ -38,10 +38,9 @@ from streamstate_jobs.kinds import Kind
 from streamstate_jobs.rules.dead_letters import refused_event
 from streamstate_jobs.sessions import rules
 from streamstate_jobs.sessions.columns import (
-    CLICKS, EVENT_COLUMNS, EVENTS, LAST, NONE, PURCHASE, PURCHASES, SESSION_MS, SESSIONS, START, TYPE_NAMES, TYPES, VIEWS,
-    SessionColumns, amount_or_none, drop_rows, id_hashes, objects,
+    EVENT_COLUMNS, LAST, NONE, PURCHASE, SESSION_MS, SESSIONS, START, TYPE_NAMES, TYPES, SessionColumns, amount_or_none, drop_rows, id_hashes, objects,
 )
-from streamstate_jobs.sessions.fold import apply_fold, fold_events, session_json, sorted_pending
+from streamstate_jobs.sessions.fold import apply_fold, fold_events, open_session_json, sorted_pending
 from streamstate_jobs.sessions.per_user import on_user, user_snapshot
 from streamstate_jobs.validation import dead_letter_row
 
@@ -330,10 +329,7 @@ def _settle(
     idle = called & state.is_open & (state.open[:, LAST] + rule.gap_ms <= watermark_ms)
     sessions = fold.sessions
     for i in np.flatnonzero(idle).tolist():
-        o = state.open[i]
-        sessions.append((i, 1 << 62, session_json(
-            state.users[i], int(o[START]), int(o[LAST]), [int(o[EVENTS]), int(o[VIEWS]), int(o[CLICKS]), int(o[PURCHASES])],
-            float(state.total[i]), "timeout")))
+        sessions.append((i, 1 << 62, open_session_json(state, i)))
         fold.ended_by["timeout"] += 1
     if idle.any():
         behaviour = state.behaviour.copy()

@@ -204,12 +204,9 @@ def fold_events(state: SessionColumns, events: Events, rule: rules.SessionRule, 
     # Records: the alerts in fold order, the sessions each user closed in order.
     for i, _, kind, details in sorted(fired, key=lambda f: (f[0], f[1])):
         user_id = state.users[int(u[i])]
-        result.alerts.append(Alert.build(kind, user_id, int(ts[i]), _alert_message(kind, user_id, details, int(ts[i] - seg_start[seg_of[i]])), **details))
+        result.alerts.append(Alert.build(kind, user_id, int(ts[i]), rules.alert_message(kind, user_id, details), **details))
     for row, user_row in zip(gap_closed.tolist(), gap_users.tolist()):
-        o = state.open[user_row]
-        result.sessions.append((user_row, 2 * row, session_json(
-            state.users[user_row], int(o[START]), int(o[LAST]), [int(o[EVENTS]), int(o[VIEWS]), int(o[CLICKS]), int(o[PURCHASES])],
-            float(state.total[user_row]), "timeout")))
+        result.sessions.append((user_row, 2 * row, open_session_json(state, user_row)))
         result.ended_by["timeout"] += 1
     closing = zip(
         seg_user[closed_segments].tolist(), ends[closed_segments].tolist(), seg_start[closed_segments].tolist(),
@@ -221,14 +218,6 @@ def fold_events(state: SessionColumns, events: Events, rule: rules.SessionRule, 
         result.sessions.append((user_row, 2 * end + 1, session_json(state.users[user_row], start, last, session_counts, total, ended_by)))
         result.ended_by[ended_by] += 1
     return result
-
-
-def _alert_message(kind: str, user_id: str, details: dict, running_ms: int) -> str:
-    if kind == "bot_burst":
-        return f"{user_id}: {details['page_views']} page views within {details['window_ms'] // 1000}s"
-    if kind == "purchase_without_view":
-        return f"{user_id}: purchase with no page view before it in the session"
-    return f"{user_id}: session running for {running_ms // 60000} minutes"
 
 
 def _recent_views_of(state: SessionColumns, seg_user: np.ndarray, continues: np.ndarray) -> list[np.ndarray]:
@@ -269,6 +258,13 @@ def _recent_views_after(
     keep = (times > latest[users] - rule.burst_window_ms) | ~folded[users]
     order = np.lexsort((times[keep], users[keep]))
     return users[keep][order], times[keep][order]
+
+
+def open_session_json(state: SessionColumns, i: int) -> str:
+    """User ``i``'s open session, closed by timeout, as :func:`session_json`."""
+    o = state.open[i].tolist()
+    return session_json(state.users[i], o[START], o[LAST], [o[EVENTS], o[VIEWS], o[CLICKS], o[PURCHASES]],
+                        float(state.total[i]), "timeout")
 
 
 def session_json(user_id: str, start: int, end: int, counts: list[int], purchase_total: float, ended_by: str) -> str:

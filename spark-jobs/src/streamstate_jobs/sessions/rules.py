@@ -301,23 +301,17 @@ def _fold(state: dict[str, Any], user_id: str, events: list[PendingEvent], rule:
             behaviour["total_page_views"] += 1
             in_window = _recent_views(session, ts, rule.burst_window_ms)
             if in_window >= rule.burst_page_views:
-                _alert_once(session, out, "bot_burst", user_id, ts,
-                            f"{user_id}: {in_window} page views within {rule.burst_window_ms // 1000}s",
-                            page_views=in_window, window_ms=rule.burst_window_ms)
+                _alert_once(session, out, "bot_burst", user_id, ts, page_views=in_window, window_ms=rule.burst_window_ms)
         elif event_type == "click":
             session["clicks"] += 1
         elif event_type == "purchase":
             if session["page_views"] == 0:
-                _alert_once(session, out, "purchase_without_view", user_id, ts,
-                            f"{user_id}: purchase with no page view before it in the session",
-                            amount=amount)
+                _alert_once(session, out, "purchase_without_view", user_id, ts, amount=amount)
             session["purchases"] += 1
             session["purchase_total"] += float(amount or 0.0)
 
         if ts - session["start"] > long_session_ms:
-            _alert_once(session, out, "long_session", user_id, ts,
-                        f"{user_id}: session running for {(ts - session['start']) // 60000} minutes",
-                        duration_ms=ts - session["start"], limit_ms=long_session_ms)
+            _alert_once(session, out, "long_session", user_id, ts, duration_ms=ts - session["start"], limit_ms=long_session_ms)
         if event_type == "logout":
             _close(state, user_id, "logout", out)
 
@@ -339,12 +333,21 @@ def _recent_views(session: dict, ts: int, window_ms: int) -> int:
     return len(recent) - start
 
 
-def _alert_once(session: dict, out: Outputs, kind: str, user_id: str, ts: int, message: str, **details) -> None:
+def _alert_once(session: dict, out: Outputs, kind: str, user_id: str, ts: int, **details) -> None:
     if kind in session["alerted"]:
         return
     session["alerted"].append(kind)
     if not out.quiet:
-        out.alerts.append(Alert.build(kind, user_id, ts, message, **details))
+        out.alerts.append(Alert.build(kind, user_id, ts, alert_message(kind, user_id, details), **details))
+
+
+def alert_message(kind: str, user_id: str, details: dict) -> str:
+    """An alert's message, from its figures (the per-user and the bucket-wide rule both write it)."""
+    if kind == "bot_burst":
+        return f"{user_id}: {details['page_views']} page views within {details['window_ms'] // 1000}s"
+    if kind == "purchase_without_view":
+        return f"{user_id}: purchase with no page view before it in the session"
+    return f"{user_id}: session running for {details['duration_ms'] // 60000} minutes"
 
 
 def _close(state: dict[str, Any], user_id: str, ended_by: str, out: Outputs) -> None:
