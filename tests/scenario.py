@@ -31,8 +31,13 @@ METRICS = 1_500
 # A job may plan a batch while a scenario is being produced. The producer sends each partition's
 # records on its own, so one partition can lag the others; a lag longer in event time than the
 # watermark's slack (delay minus the scenario's lateness: 5 - 1 minutes) would make its records
-# late in the job but not in the reference. Flushing whenever event time moved this far bounds it.
+# late in the job but not in the reference. Flushing whenever event time moved this far bounds it,
+# provided each flush waits until every record is delivered: a partition whose leader is being
+# re-elected (the broker-lost test feeds while a node is dead) can hold its records for longer than
+# any short flush timeout, and the next slice would then overtake them. So a flush waits as long as
+# librdkafka's own delivery timeout (300 s), after which a record fails instead of waiting.
 FLUSH_EVERY_EVENT_MS = 60_000
+DELIVERY_TIMEOUT_S = 300
 
 
 @dataclass
@@ -117,13 +122,18 @@ def produce_scenario(
             continue
         latest[record.topic] = event_time
         if abs(event_time - flushed_at.setdefault(record.topic, event_time)) > FLUSH_EVERY_EVENT_MS:
-            producer.flush(60)  # every partition has what came before, whatever batch reads it next
+            _deliver_all(producer, failures)  # every partition has what came before, whatever batch reads it next
             flushed_at = dict(latest)
-    producer.flush(60)
+    _deliver_all(producer, failures)
     assert not failures, f"scenario records not delivered: {failures[:3]}"
     assert len(landed) == len(scenario.records)
     scenario.produced = landed
     return landed
+
+
+def _deliver_all(producer: Producer, failures: list[str]) -> None:
+    undelivered = producer.flush(DELIVERY_TIMEOUT_S)
+    assert not undelivered, f"{undelivered} scenario records neither delivered nor failed in {DELIVERY_TIMEOUT_S} s: {failures[:3]}"
 
 
 def _event_time(value: bytes | None) -> int | None:

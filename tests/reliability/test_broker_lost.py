@@ -145,7 +145,9 @@ def test_a_partition_leader_killed_inside_an_open_transaction_loses_and_duplicat
 
         stack.kill_kafka_node(victim)  # the task waits for the release below: its transaction is still open
         marker.with_name(marker.name + ".release").touch()  # the task goes on: the rest of its records, then its commit
-        feeder.feed(1)
+        feeding = time.monotonic()
+        feeder.feed(1)  # waits for every record, those of partitions the dead node led included
+        fed_in = time.monotonic() - feeding
 
         outputs = collect_outputs(bootstrap, settings, scenario=scenario, timeout_s=300)
         uncommitted = read_outputs(bootstrap, settings, isolation="read_uncommitted")
@@ -155,7 +157,8 @@ def test_a_partition_leader_killed_inside_an_open_transaction_loses_and_duplicat
         print(
             f"\nbroker lost: {marker.read_text().strip()}; sessions partition {partition} had LSO {stable} < high watermark "
             f"{high}; the open transaction spanned {spanned}; node {victim} (its leader) SIGKILLed, new leader {new_leader}; "
-            f"query restarts {restarts}; {len(scenario.produced)} input records; {len(outputs.sessions)} sessions, "
+            f"query restarts {restarts}; {len(scenario.produced)} input records (the second half delivered in {fed_in:.0f} s); "
+            f"{len(outputs.sessions)} sessions, "
             f"{len(outputs.alerts)} alerts, {len(outputs.dead_letters)} dead letters in {outputs.records()} records; "
             f"read_uncommitted also sees {uncommitted.records() - outputs.records()} aborted records; "
             f"{time.monotonic() - started:.0f} s"
