@@ -12,6 +12,7 @@ import pickle
 import random
 from collections import Counter
 
+import pyarrow as pa
 from hypothesis import given, settings as hsettings, strategies as st
 
 from streamstate.state import StateSpec
@@ -187,21 +188,24 @@ def test_every_batch_calls_each_key_once_per_batch_with_or_without_records():
     assert engine.store.cold == {} and engine.store.calls["cold"] == 0
 
 
-def test_a_large_hot_set_is_stored_compressed_and_one_stored_whole_still_loads():
-    """Over COMPRESS_OVER_BYTES the hot set is written compressed; a bucket saved before that
-    (a plain pickle) reads as it did."""
+def test_a_large_hot_set_is_stored_compressed_in_seven_bits_and_older_forms_still_load():
+    """Over COMPRESS_OVER_BYTES the hot set is written compressed, every byte below 0x80 (the
+    state server's fast path); a bucket saved compressed as 8-bit zstd, or whole (a plain
+    pickle), as earlier releases did, reads as it did."""
     spec = StateSpec.batch_function(lambda key, values, state: state.update(f"{key}:{sum(values)}" * 4))
     bucket = OneBucket(spec, hot_capacity=100_000)
     bucket.batch([(f"user-{i:05d}", i, 1_000) for i in range(20_000)])
     stored = bucket.store.hot
-    assert stored is not None and stored.startswith(b"ssz1")
+    assert stored is not None and stored.startswith(b"ssa1") and max(stored) < 0x80
     loaded = bucket._bucket()
     whole = pickle.dumps(loaded.hot, protocol=pickle.HIGHEST_PROTOCOL)
     assert len(loaded.hot) == 20_000 and len(stored) < len(whole) and len(whole) > COMPRESS_OVER_BYTES
 
-    blob = pickle.dumps({"hot": loaded.hot, "cold": 0, "timer": None, "ticks": set(), "visit": 7}, protocol=5)
-    bucket.store.hot = blob  # as an earlier release saved it
-    assert bucket._bucket().hot == loaded.hot
+    saved = pickle.dumps({"hot": loaded.hot, "cold": 0, "timer": None, "ticks": set(), "visit": 7}, protocol=5)
+    zstd = pa.Codec("zstd", compression_level=1)
+    for blob in (saved, b"ssz1" + len(saved).to_bytes(8, "little") + zstd.compress(saved, asbytes=True)):
+        bucket.store.hot = blob  # as an earlier release saved it
+        assert bucket._bucket().hot == loaded.hot
     bucket.batch([("user-00001", 5, 2_000)])
     assert bucket._bucket().hot["user-00001"] != loaded.hot["user-00001"]
 
