@@ -11,9 +11,11 @@ bucket over in-memory stores (``MemoryBucketStore``), batch after batch, the wat
 following the events as the job's would. With ``--settle`` a batch without data follows, as
 an ``availableNow`` run of the job ends: each bucket's expired timers fire at the watermark the
 last batch moved on to (the sessions job folds its users' held events there and writes their
-sessions and alerts). Prints the time per batch and per key, the state calls a state server
-would have served, and the hot sets' size; with ``--profile`` the functions cProfile finds
-busiest in the last batch.
+sessions and alerts). A visit runs whatever the job's spec runs: the anomalies job's function key
+by key, the sessions job's bucket function (``StateSpec.over_buckets``) once for the bucket's
+users together; the time per key divides by every generated key. Prints the time per batch
+and per key, the state calls a state server would have served, and the hot sets' size; with
+``--profile`` the functions cProfile finds busiest in the last batch.
 
 What it leaves out is Spark's side: the shuffle, the Arrow exchange with the JVM, the state
 server's round trips (counted, not timed), RocksDB. docs/profile.md compares the two.
