@@ -32,6 +32,7 @@ Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 ev
 runs, one small warm-up run of each Spark query is discarded, as the Quix peers' start-up is.
 The throughput comparisons (sessions, anomalies) run their engines in turns, one run each per
 round, so that the host's drift falls on all of them; their ratio rows list each round's ratio.
+A run starts once the machine has been quiet for 10 s (``--start-busy``: at once).
 Writes ``bench/results.json`` and ``bench/results.md`` (after every figure, so a failure keeps
 what was measured) and prints the table. Nothing is asserted.
 
@@ -116,6 +117,12 @@ NOTES = [
 ]
 
 
+# A run waits for this long a quiet machine before it starts: a run begun as a test suite ended
+# (load average 5.9) measured its first sessions round at 1.09x native, against 1.29x two rounds on.
+START_QUIET_FOR_S = 10.0
+START_QUIET_TIMEOUT_S = 300.0
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the issue's sizes: a look in a few minutes")
@@ -130,6 +137,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--api-rates", default="1000,2500,5000", help="comma-separated requests/s of the API figure")
     parser.add_argument("--api-seconds", type=float, default=10.0, help="seconds of load per API run")
     parser.add_argument("--out", type=Path, default=HERE / "results.json", help="JSON results (the .md goes next to it)")
+    parser.add_argument("--start-busy", action="store_true",
+                        help=f"start at once instead of waiting (at most {START_QUIET_TIMEOUT_S / 60:.0f} min) for a quiet machine")
     args = parser.parse_args(argv)
     for name, (default, quick) in SIZES.items():
         if getattr(args, name) is None:
@@ -378,11 +387,17 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.api_latency import wait_until_quiet
     from bench.measure import stop_on_signals
 
     bench_started = time.perf_counter()
     args = parse_args(argv)
     stop_on_signals()
+    quiet_after_s = None
+    if not args.start_busy:
+        print(f"waiting for a quiet machine (cores under 10 % busy for {START_QUIET_FOR_S:.0f} s in a row; "
+              f"at most {START_QUIET_TIMEOUT_S / 60:.0f} min, --start-busy skips it) ...", flush=True)
+        quiet_after_s = wait_until_quiet(quiet_for_s=START_QUIET_FOR_S, timeout_s=START_QUIET_TIMEOUT_S)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # The broker's data and the checkpoints (0.4-1.7 GB a run) are scratch, removed however the run ends.
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -396,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     run.figure("validation", lambda: validation_figure(args))  # in-process, no broker or Spark
     from bench.report import markdown, update_readme
 
+    run.doc["setup"]["quiet_after_s"] = None if quiet_after_s is None else round(quiet_after_s, 1)
     run.doc["setup"]["bench_wall_s"] = round(time.perf_counter() - bench_started, 1)
     run.doc["setup"]["bench_partial"] = args.only if run.partial else None
     run.save()

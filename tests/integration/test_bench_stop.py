@@ -39,7 +39,7 @@ def test_a_ctrl_c_while_a_dataset_is_produced_stops_the_benchmark_after_flushing
 def test_kill_int_stops_a_run_started_in_the_background_and_the_broker_it_started(tmp_path):
     out = tmp_path / "results.json"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "bench", "--only", "ceiling", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--only", "ceiling", "--start-busy", "--out", str(out)],
         cwd=REPO_ROOT, env={**os.environ, "PYTHONHASHSEED": "0"}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         # As a shell starts `python -m bench ... &`: with SIGINT ignored, which Python inherits.
