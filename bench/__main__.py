@@ -387,8 +387,7 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.api_latency import wait_until_quiet
-    from bench.measure import stop_on_signals
+    from bench.measure import stop_on_signals, wait_until_quiet
 
     bench_started = time.perf_counter()
     args = parse_args(argv)

@@ -189,46 +189,15 @@ def publish_alerts(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def machine_busy_seconds() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, every core summed (/proc/stat)."""
-    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (sum(fields) - idle) / ticks, sum(fields) / ticks
-
-
 # How long the machine must be quiet before a cold rebuild, and how long the bench waits for that.
+# A compacted topic's freshly published snapshots are compacted by the broker's log cleaner: at
+# 10 million, for about a minute, on one of two cores. A cold rebuild started meanwhile measured
+# 187-197k snapshots/s in scratch runs, and 227k/s once it was done. The cleaner looks for work
+# every 15 s (``log.cleaner.backoff.ms``), so it may start seconds after the publishing ends:
+# quiet for longer than that, the machine has no cleaning left to do. The figure before this one
+# may also still be cleaning up.
 QUIET_FOR_S = 21.0
 QUIET_TIMEOUT_S = 600.0
-
-
-def wait_until_quiet(
-    busy_share: float = 0.1, window_s: float = 3.0, quiet_for_s: float = QUIET_FOR_S, timeout_s: float = QUIET_TIMEOUT_S
-) -> float | None:
-    """Seconds until the machine's cores have been busy less than ``busy_share`` of each
-    ``window_s`` for ``quiet_for_s`` in a row; None (after a line saying so) when that has not
-    happened within ``timeout_s``.
-
-    A compacted topic's freshly published snapshots are compacted by the broker's log cleaner:
-    at 10 million, for about a minute, on one of two cores. A cold rebuild started meanwhile
-    measured 187-197k snapshots/s in scratch runs, and 227k/s once it was done. The cleaner
-    looks for work every 15 s (``log.cleaner.backoff.ms``), so it may start seconds after the
-    publishing ends: quiet for longer than that, the machine has no cleaning left to do. The
-    figure before this one may also still be cleaning up."""
-    started = time.perf_counter()
-    quiet_since = started
-    busy, total = machine_busy_seconds()
-    while time.perf_counter() - started < timeout_s:
-        time.sleep(window_s)
-        now_busy, now_total = machine_busy_seconds()
-        now = time.perf_counter()
-        if now_busy - busy >= busy_share * (now_total - total):
-            quiet_since = now
-        elif now - quiet_since >= quiet_for_s:
-            return now - started
-        busy, total = now_busy, now_total
-    print(f"the machine is still busy after {timeout_s:.0f}s (load average {os.getloadavg()[0]:.1f}); measuring all the same", flush=True)
-    return None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -293,6 +262,7 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
     """One view size on a fresh broker: cold rebuild, RSS, load at each rate, restarts with the store present."""
     import httpx
 
+    from bench.measure import wait_until_quiet
     from streamstate_pipeline.settings import Settings
     from streamstate_stack.launcher import EmbeddedStack, free_port
 
@@ -306,7 +276,7 @@ def run_size(args: argparse.Namespace, sessions: int) -> dict:
             publish_s = publish_sessions(bootstrap, stack.settings.topic_session_state, sessions)
             publish_alerts(bootstrap, stack.settings.topic_alerts, 5_000)
             print(f"published in {publish_s:.1f}s; waiting for a quiet machine (the broker's log cleaner compacts them) ...", flush=True)
-            settle_s = wait_until_quiet()
+            settle_s = wait_until_quiet(quiet_for_s=QUIET_FOR_S, timeout_s=QUIET_TIMEOUT_S)
             if settle_s is not None:
                 print(f"quiet after {settle_s:.1f}s; starting the API on an empty store", flush=True)
             url = f"http://{stack.settings.api_host}:{stack.settings.api_port}"

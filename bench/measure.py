@@ -10,6 +10,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -149,6 +150,35 @@ def median_runs(runs: list[dict[str, Any]], key: str = "rows_per_s") -> dict[str
 def repeat(times: int, label: str, once: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
     """Run ``once(run_index)`` ``times`` times, printing each rate; the median rows/s and the runs."""
     return rounds(times, {label: once})[label]
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, every core summed (/proc/stat)."""
+    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def wait_until_quiet(quiet_for_s: float, timeout_s: float, busy_share: float = 0.1, window_s: float = 3.0) -> float | None:
+    """Seconds until the machine's cores have been busy less than ``busy_share`` of each
+    ``window_s`` for ``quiet_for_s`` in a row; None (after a line saying so) when that has not
+    happened within ``timeout_s``. Other processes' work, a broker's background work included,
+    would otherwise fall on the figure measured next."""
+    started = time.perf_counter()
+    quiet_since = started
+    busy, total = machine_busy_seconds()
+    while time.perf_counter() - started < timeout_s:
+        time.sleep(window_s)
+        now_busy, now_total = machine_busy_seconds()
+        now = time.perf_counter()
+        if now_busy - busy >= busy_share * (now_total - total):
+            quiet_since = now
+        elif now - quiet_since >= quiet_for_s:
+            return now - started
+        busy, total = now_busy, now_total
+    print(f"the machine is still busy after {timeout_s:.0f}s (load average {os.getloadavg()[0]:.1f}); measuring all the same", flush=True)
+    return None
 
 
 def rounds(times: int, arms: dict[str, Callable[[int], dict[str, Any]]]) -> dict[str, dict[str, Any]]:
