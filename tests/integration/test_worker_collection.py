@@ -42,9 +42,10 @@ def _daemon_and_heavy_work(batches):
         pass
     daemon_maps = open(f"/proc/{os.getppid()}/maps").read()
     product = np.ones((300, 300)) @ np.ones((300, 300))  # OpenBLAS's pool in a worker forked after NumPy's import
-    allocated = pa.array(range(1_000_000)).sum().as_py()  # jemalloc, likewise after pyarrow's
+    allocated = pa.array(range(1_000_000)).sum().as_py()  # Arrow's allocator, likewise after pyarrow's import
     yield pa.RecordBatch.from_pylist([{
         "arrow_in_daemon": "libarrow" in daemon_maps,
+        "arrow_pool": pa.default_memory_pool().backend_name,
         "jobs_imported": "streamstate_jobs.registry" in sys.modules,
         "work": float(product[0, 0]) + allocated,
     }])
@@ -52,10 +53,11 @@ def _daemon_and_heavy_work(batches):
 
 def test_the_daemon_imports_what_its_workers_need_before_it_forks_them(spark):
     """The daemon's own memory holds pyarrow's library (it never imported it before), and its
-    workers, forked after pyarrow's and NumPy's threads started, run Arrow and BLAS work."""
-    query = spark.range(4, numPartitions=4).mapInArrow(_daemon_and_heavy_work, "arrow_in_daemon boolean, jobs_imported boolean, work double")
-    rows = query.collect()
-    assert [tuple(row) for row in rows] == [(True, True, 300.0 + 499999500000)] * 4
+    workers, forked after pyarrow's and NumPy's threads started, run Arrow and BLAS work, with
+    Arrow's buffers from the allocator that keeps freed memory (spark_python.keep_freed_memory)."""
+    schema = "arrow_in_daemon boolean, arrow_pool string, jobs_imported boolean, work double"
+    rows = spark.range(4, numPartitions=4).mapInArrow(_daemon_and_heavy_work, schema).collect()
+    assert [tuple(row) for row in rows] == [(True, "system", True, 300.0 + 499999500000)] * 4
 
 
 def test_a_reused_worker_finds_what_its_earlier_tasks_left_frozen(spark):

@@ -26,6 +26,7 @@ and imports once, before it forks the task workers, what each of them would impo
 (:func:`preload`): PySpark's worker, pyarrow, pandas and the state engine, and the modules
 ``STREAMSTATE_WORKER_PRELOAD`` names. Each worker took about a second of CPU importing them, and
 a job starts four to six workers at once with everything else on two cores (docs/profile.md).
+Its workers also keep the memory a task frees for the next task (:func:`keep_freed_memory`).
 
 PySpark's daemon imports nothing before it forks, on purpose: pyarrow and NumPy start threads
 when imported (jemalloc's background thread, OpenBLAS's pool), and a fork copies only the
@@ -52,6 +53,12 @@ FULL_COLLECTION_EVERY_S = 60.0
 # transformWithStateInPandas, the engine): the daemon imports it before it forks them.
 PRELOADED = ("pyspark.worker", "pyarrow", "pandas", "streamstate.state")
 PRELOAD_VARIABLE = "STREAMSTATE_WORKER_PRELOAD"  # more modules for the daemon, comma-separated
+# glibc's mallopt parameters (malloc.h), and what keep_freed_memory sets them to: freed memory
+# up to this much stays in a worker, and blocks up to this size come from its reused heap
+# (a bucket's columns and a batch's Arrow tables are megabytes to a few hundred).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+KEPT_FREE_BYTES = 256 << 20
+KEPT_BLOCK_BYTES = 256 << 20
 
 
 def is_redundant(entry: str) -> bool:
@@ -141,8 +148,29 @@ def as_python_m(arguments: list[str], cwd: str) -> None:
     sys.argv = list(arguments)
 
 
+def keep_freed_memory() -> bool:
+    """Keep the memory a task frees for the next one instead of giving it back to the system:
+    Arrow's buffers from glibc's allocator (not mimalloc, which returns freed pages within
+    milliseconds), and glibc told to serve blocks up to :data:`KEPT_BLOCK_BYTES` from its heap
+    and to keep up to :data:`KEPT_FREE_BYTES` of it free. Every page a process gets back from
+    the system is zeroed on its first touch: the bucket visits of a million events touched about
+    400,000 fresh pages, at 3-10 us each on these virtual machines, and 270,000-290,000 with
+    this (docs/profile.md). False where the C library has no ``mallopt`` (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    import pyarrow
+
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+    return bool(mallopt(_M_TRIM_THRESHOLD, KEPT_FREE_BYTES)) and bool(mallopt(_M_MMAP_THRESHOLD, KEPT_BLOCK_BYTES))
+
+
 def prepare_daemon() -> None:
     """What PySpark's daemon gets before its module runs, its modules imported."""
+    keep_freed_memory()  # before the workers fork: each inherits the allocator's settings
     # The daemon's module calls gc.collect() through the gc module: its forked workers get this one.
     gc.collect = BetweenTasksCollector()
     gc.freeze()  # the preloaded heap: out of every worker's collections, and its pages stay shared
