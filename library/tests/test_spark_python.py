@@ -104,20 +104,24 @@ def test_garbage_holding_a_frozen_object_waits_for_the_full_collection(unfrozen)
     assert left() is None
 
 
+def run_as_daemon(tmp_path: Path, probe: str, **env: str) -> subprocess.CompletedProcess:
+    """``probe`` run by the launcher as PySpark's daemon: a stand-in named like the daemon, found
+    first on the path (its package shadows PySpark's), reports what the daemon's module would see."""
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text("")
+    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
+    return subprocess.run(
+        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), **env},
+    )
+
+
 def test_the_launcher_installs_the_collector_for_pysparks_daemon_only(tmp_path):
     probe = "import gc; print(type(gc.collect).__name__)\n"
     (tmp_path / "probe.py").write_text(probe)
     other = subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
     assert other.stdout.strip() == "builtin_function_or_method"
-    # A stand-in named like the daemon, found first on the path, reports what the daemon's module would see.
-    (tmp_path / "pyspark").mkdir()
-    (tmp_path / "pyspark" / "__init__.py").write_text("")
-    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
-    daemon = subprocess.run(
-        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
-    assert daemon.stdout.strip() == "BetweenTasksCollector"
+    assert run_as_daemon(tmp_path, probe).stdout.strip() == "BetweenTasksCollector"
 
 
 def test_the_preload_names_the_engines_modules_and_the_variables():
@@ -138,14 +142,8 @@ def test_a_module_that_fails_to_import_is_reported_and_the_rest_imported(tmp_pat
 def test_the_daemon_starts_with_the_preload_imported_and_frozen(tmp_path):
     probe = "import gc, sys; print(all(m in sys.modules for m in ('pyarrow', 'pandas', 'streamstate.state', 'extra_mod')), gc.get_freeze_count() > 0)\n"
     (tmp_path / "extra_mod.py").write_text("")
-    # A stand-in named like the daemon, as above; its package shadows PySpark's, so pyspark.worker is reported, not imported.
-    (tmp_path / "pyspark").mkdir()
-    (tmp_path / "pyspark" / "__init__.py").write_text("")
-    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
-    daemon = subprocess.run(
-        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path), "STREAMSTATE_WORKER_PRELOAD": "extra_mod"},
-    )
+    # The stand-in's package shadows PySpark's, so pyspark.worker is reported, not imported.
+    daemon = run_as_daemon(tmp_path, probe, STREAMSTATE_WORKER_PRELOAD="extra_mod")
     assert daemon.stdout.split() == ["True", "True"], daemon.stderr
     assert "not preloaded for PySpark's workers: pyspark.worker (ModuleNotFoundError" in daemon.stderr
 
@@ -153,13 +151,7 @@ def test_the_daemon_starts_with_the_preload_imported_and_frozen(tmp_path):
 def test_the_daemon_keeps_freed_memory_for_its_workers(tmp_path):
     """Arrow's buffers from glibc's allocator, set to keep what a task frees (keep_freed_memory)."""
     probe = "import pyarrow; print(pyarrow.default_memory_pool().backend_name)\n"
-    (tmp_path / "pyspark").mkdir()
-    (tmp_path / "pyspark" / "__init__.py").write_text("")
-    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
-    daemon = subprocess.run(
-        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
+    daemon = run_as_daemon(tmp_path, probe)
     assert daemon.stdout.strip() == "system", daemon.stderr
     (tmp_path / "probe.py").write_text(probe)
     other = subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
