@@ -153,9 +153,9 @@ def keep_freed_memory() -> bool:
     Arrow's buffers from glibc's allocator (not mimalloc, which returns freed pages within
     milliseconds), and glibc told to serve blocks up to :data:`KEPT_BLOCK_BYTES` from its heap
     and to keep up to :data:`KEPT_FREE_BYTES` of it free. Every page a process gets back from
-    the system is zeroed on its first touch: the bucket visits of a million events touched about
-    400,000 fresh pages, at 3-10 us each on these virtual machines, and 270,000-290,000 with
-    this (docs/profile.md). False where the C library has no ``mallopt`` (not glibc)."""
+    the system is zeroed on its first touch, at 3-10 us a page on the machines measured: a
+    sessions job's workers took about 200,000 fresh pages a run of a million events, once warm,
+    and 40,000-95,000 with this (docs/profile.md). False where the C library has no ``mallopt`` (not glibc)."""
     import ctypes
 
     try:
