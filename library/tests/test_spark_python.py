@@ -116,10 +116,15 @@ def run_as_daemon(tmp_path: Path, probe: str, **env: str) -> subprocess.Complete
     )
 
 
+def run_as_other_module(tmp_path: Path, probe: str) -> subprocess.CompletedProcess:
+    """``probe`` run by the launcher as a module of its own (``-m probe``), not PySpark's daemon."""
+    (tmp_path / "probe.py").write_text(probe)
+    return subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+
+
 def test_the_launcher_installs_the_collector_for_pysparks_daemon_only(tmp_path):
     probe = "import gc; print(type(gc.collect).__name__)\n"
-    (tmp_path / "probe.py").write_text(probe)
-    other = subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+    other = run_as_other_module(tmp_path, probe)
     assert other.stdout.strip() == "builtin_function_or_method"
     assert run_as_daemon(tmp_path, probe).stdout.strip() == "BetweenTasksCollector"
 
@@ -153,8 +158,7 @@ def test_the_daemon_keeps_freed_memory_for_its_workers(tmp_path):
     probe = "import pyarrow; print(pyarrow.default_memory_pool().backend_name)\n"
     daemon = run_as_daemon(tmp_path, probe)
     assert daemon.stdout.strip() == "system", daemon.stderr
-    (tmp_path / "probe.py").write_text(probe)
-    other = subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+    other = run_as_other_module(tmp_path, probe)
     assert other.stdout.strip() != "system"  # any other module keeps Arrow's default
 
 
