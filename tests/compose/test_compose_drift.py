@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from streamstate_pipeline import binaries
-from streamstate_stack.servers import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3Credentials
+from streamstate_stack.servers import BROKER_SETTINGS, KAFKA_HEAP, KafkaBroker, S3Credentials, heap_options
 from streamstate_stack.profiles import PRODUCTION
 from streamstate_pipeline.settings import REPO_ROOT, Settings
 from streamstate_stack.launcher import EmbeddedStack, object_store_settings
@@ -142,7 +142,7 @@ def test_the_broker_settings_are_the_same(tmp_path):
         line.split("=", 1) for line in KafkaBroker(tmp_path, 9092, 9093).properties().splitlines() if line
     )
     compared = {key: value for key, value in compose_kafka.items() if key.startswith("KAFKA_") and key not in KAFKA_ADDRESSING}
-    assert compared.pop("KAFKA_HEAP_OPTS") == f"-Xmx{KAFKA_HEAP}"
+    assert compared.pop("KAFKA_HEAP_OPTS") == " ".join(heap_options(KAFKA_HEAP))
     compared.pop("KAFKA_JVM_PERFORMANCE_OPTS")  # the JVM's options, not a broker setting: test_compose_offline
     as_properties = {key.removeprefix("KAFKA_").lower().replace("_", "."): value for key, value in compared.items()}
     for key, value in as_properties.items():

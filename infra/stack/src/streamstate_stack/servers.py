@@ -30,6 +30,14 @@ from streamstate_stack.files import write_atomic
 from streamstate_pipeline import binaries, class_archives
 
 KAFKA_HEAP = "512m"
+# G1 (the JVM's default collector) allocates an object of half a region or more outside the
+# young generation, where only a concurrent marking cycle frees it, and a broker reads each
+# request into one buffer. A heap of 512 MB has 1 MB regions, so every produce request over
+# 512 KB (librdkafka's go up to 1 MB) was such an object: in a million-event run of the sessions
+# benchmark they set off 16 concurrent cycles and kept the broker's collector 0.65-0.86 CPU-s
+# busy; with 4 MB regions, none and 0.05-0.12 (docs/profile.md). Another collector ignores it.
+G1_REGION_OPTION = "-XX:G1HeapRegionSize=4m"
+
 # Kafka's own log4j 1.x layout (reload4j), to stdout, which the launcher sends to the log file.
 _KAFKA_LOG4J = """\
 log4j.rootLogger=INFO, stdout
@@ -42,6 +50,11 @@ log4j.logger.state.change.logger=WARN
 log4j.logger.kafka.cluster=WARN
 log4j.logger.org.apache.kafka.storage=WARN
 """
+
+
+def heap_options(heap: str) -> list[str]:
+    """The broker JVM's heap options (compose's ``KAFKA_HEAP_OPTS`` the same, for ``KAFKA_HEAP``)."""
+    return [f"-Xmx{heap}", G1_REGION_OPTION]
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,7 @@ class KafkaBroker:
         options = class_archives.use_options(broker_archive()) if self.java_options is None else self.java_options
         return [
             # The Java Kafka's own scripts (and PySpark) start, the one its class archive was built for.
-            str(class_archives.java_executable()), f"-Xmx{self.heap}", "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}", *options,
+            str(class_archives.java_executable()), *heap_options(self.heap), "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{log4j}", *options,
             "-cp", binaries.kafka_classpath(), main, *args,
         ]
 
