@@ -12,6 +12,7 @@ import re
 
 import yaml
 
+from streamstate_stack.servers import heap_options
 from tests.compose.compose_files import COMPOSE_FILE, LOCAL_IMAGES_FILE, compose_config_without_dot_env
 
 SMALL_FILE = COMPOSE_FILE.parent / "infra" / "docker" / "compose.small.yml"
@@ -46,3 +47,8 @@ def test_the_small_file_keeps_every_service_and_bounds_the_long_running_ones_ins
 
 def test_the_small_file_merges_onto_the_local_images_too():
     assert merged(LOCAL_IMAGES_FILE, SMALL_FILE)["kafka"]["image"].startswith("streamstate-local/kafka:")
+
+
+def test_the_small_broker_has_the_brokers_heap_options_but_for_the_heap_size():
+    options = merged(SMALL_FILE)["kafka"]["environment"]["KAFKA_HEAP_OPTS"].split()
+    assert options == heap_options(options[0].removeprefix("-Xmx"))
