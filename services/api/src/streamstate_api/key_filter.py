@@ -54,9 +54,17 @@ class KeyFilter:
         self._layers = [_Layer(first_capacity)]
         self._max_capacity = max_capacity
 
+    @staticmethod
+    def hashed(keys: list[bytes]) -> np.ndarray:
+        """The keys' hashes, as :meth:`may_hold_hashed` and :meth:`add_hashed` take them."""
+        return hashed(keys)
+
     def may_hold(self, keys: list[bytes]) -> list[bool]:
         """For each key, whether it may have been added (False: it certainly was not)."""
-        hashes = _hashes(keys)
+        return self.may_hold_hashed(hashed(keys))
+
+    def may_hold_hashed(self, hashes: np.ndarray) -> list[bool]:
+        """:meth:`may_hold` for keys already :func:`hashed` (a batch asks and adds the same keys)."""
         found = self._layers[0].may_hold(hashes)
         for layer in self._layers[1:]:
             found |= layer.may_hold(hashes)
@@ -64,14 +72,18 @@ class KeyFilter:
 
     def add(self, keys: list[bytes]) -> bool:
         """Add ``keys``; False (and nothing added) when that would pass the filter's bound."""
+        return self.add_hashed(hashed(keys))
+
+    def add_hashed(self, hashes: np.ndarray) -> bool:
+        """:meth:`add` for keys already :func:`hashed`."""
         layer = self._layers[-1]
-        if layer.count + len(keys) > layer.capacity:
-            capacity = max(layer.capacity * 2, len(keys))
+        if layer.count + len(hashes) > layer.capacity:
+            capacity = max(layer.capacity * 2, len(hashes))
             if capacity > self._max_capacity:
                 return False
             layer = _Layer(capacity)
             self._layers.append(layer)
-        layer.add(_hashes(keys))
+        layer.add(hashes)
         return True
 
     @property
@@ -79,5 +91,6 @@ class KeyFilter:
         return sum(layer._bytes.nbytes for layer in self._layers)
 
 
-def _hashes(keys: list[bytes]) -> np.ndarray:
+def hashed(keys: list[bytes]) -> np.ndarray:
+    """The keys' hashes, as the filter asks and adds them."""
     return np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)

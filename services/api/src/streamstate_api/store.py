@@ -203,11 +203,12 @@ class ViewStore:
         """One atomic write: values (None deletes), offsets and counters together; without the
         write-ahead log when not ``logged`` (see the module docstring)."""
         batch = WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete  # once per value of a rebuild
         for key, value in puts.items():
             if value is None:
-                batch.delete(key)
+                delete(key)
             else:
-                batch.put(key, value)
+                put(key, value)
         for (source, partition), offset in offsets.items():
             batch.put(_offset_key(source, partition), TS.pack(offset))
         for name, count in counters.items():

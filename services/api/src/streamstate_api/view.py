@@ -86,9 +86,6 @@ if TYPE_CHECKING:
 # (source, partition, offset, record or None for a record that failed to decode)
 Consumed = tuple[Source, int, int, Record | None]
 _SESSIONS, _SERIES, _ALERTS = Source.SESSIONS, Source.SERIES, Source.ALERTS  # an Enum member lookup is a call
-# The first bytes of the store keys a batch reads (_current): only these need the rebuild's key
-# filter (the active index and the alerts are written, never read back by a batch).
-_READ_PREFIXES = frozenset(prefix[0] for prefix in (SESSION, SESSION_GRAVE, SERIES, SERIES_GRAVE))
 _SESSION_BODY = SESSION_HEAD.size
 _SERIES_BODY = SERIES_HEAD.size
 # How often a cold rebuild's unlogged writes are flushed into the store's tables: what a kill
@@ -232,7 +229,7 @@ class StateView:
             # Nothing in memory changes before the store write (a record that cannot be encoded
             # fails its batch whole, and the follower applies it again record by record).
             self._batch_stale = 0
-            current, keys = self._current(batch)
+            current, keys, read_hashes = self._current(batch)
             puts: dict[bytes, bytes | None] = {}
             counters = dict(self._counters)
             positions = {source: dict(parts) for source, parts in self._positions.items()}
@@ -242,12 +239,12 @@ class StateView:
             self._now_ms = self._clock_ms()  # a grave made by this batch is stamped with it
             ends: dict[tuple[Source, int], int] = {}  # the highest offset of the batch per partition
             apply_session, apply_series = self._apply_session, self._apply_series
-            for (source, partition, offset, record), key in zip(batch, keys):
+            for (source, partition, offset, record), value_key in zip(batch, keys):
                 if record is not None:
                     if source is _SESSIONS:
-                        apply_session(record, key, current, puts, counters)
+                        apply_session(record, value_key, current, puts, counters)
                     elif source is _SERIES:
-                        apply_series(record, key, current, puts, counters, z_changes)
+                        apply_series(record, value_key, current, puts, counters, z_changes)
                     else:
                         alerts.append(record)
                 if offset >= ends.get((source, partition), -1):
@@ -260,7 +257,8 @@ class StateView:
             with self._lock:
                 new_alerts = self._apply_alerts(alerts, puts)
             # Before the write: a batch whose write fails is applied again, and can only read more.
-            if self._written is not None and not self._written.add([key for key in puts if key[0] in _READ_PREFIXES]):
+            # Every key the batch read: a superset of those it gives a value (see _current).
+            if self._written is not None and not self._written.add_hashed(read_hashes):
                 self._written = None  # past the filter's bound: every key is read from here on
             unlogged = self._written is not None
             self._store.write(puts, changed, counters, logged=not unlogged)
@@ -289,11 +287,15 @@ class StateView:
         with self._lock:
             self._kept = positions
 
-    def _current(self, batch: list[Consumed]) -> tuple[dict[bytes, bytes | None], list[Any]]:
-        """The stored values the batch's snapshots are compared with (one multi-get), and each
-        record's key as bytes (None for an alert or a record that failed to decode). Graves are
-        read only when the store has any: a cold rebuild of a view without deletes skips half
-        the reads. A grave made by this batch is in the dict all the same (:func:`_set`)."""
+    def _current(self, batch: list[Consumed]) -> tuple[dict[bytes, bytes | None], list[Any], Any]:
+        """The stored values the batch's snapshots are compared with (one multi-get); each
+        record's value key (its kind's prefix and id; None for an alert or a record that failed
+        to decode); and in a rebuild, the hashes of the keys read, which the key filter adds.
+
+        Graves are read only when the store has any (a cold rebuild of a view without deletes
+        skips half the reads), and a tombstone's own grave always: so every key a batch can give
+        a value is a key it read, and the filter adds them without another pass. A grave made by
+        this batch is in the dict all the same (:func:`_set`)."""
         wanted: dict[bytes, None] = {}
         keys: list[Any] = []  # bytes, or None where no key is read
         graves = self._counters["graves"] > 0
@@ -304,24 +306,26 @@ class StateView:
             kind = type(record)
             # Exact types, no helper: once per record of a rebuild (a wrong kind fails as before).
             key = key_bytes(record.user_id if kind is SessionRecord else record.series_id if kind is SeriesRecord else record.key)  # type: ignore[union-attr]
-            keys.append(key)
             if source is _SESSIONS:
-                wanted[SESSION + key] = None
-                if graves:
+                value_key = SESSION + key
+                if graves or kind is Tombstone:
                     wanted[SESSION_GRAVE + key] = None
             else:
-                wanted[SERIES + key] = None
-                if graves:
+                value_key = SERIES + key
+                if graves or kind is Tombstone:
                     wanted[SERIES_GRAVE + key] = None
+            wanted[value_key] = None
+            keys.append(value_key)
         names = list(wanted)
         written = self._written
         if written is None:
-            return dict(zip(names, self._store.get_many(names))), keys
-        read = [name for name, maybe in zip(names, written.may_hold(names)) if maybe]
+            return dict(zip(names, self._store.get_many(names))), keys, None
+        hashes = written.hashed(names)
+        read = [name for name, maybe in zip(names, written.may_hold_hashed(hashes)) if maybe]
         current: dict[bytes, bytes | None] = dict.fromkeys(names)
         if read:
             current.update(zip(read, self._store.get_many(read)))
-        return current, keys
+        return current, keys, hashes
 
     def rebuilt(self) -> None:
         """The view has caught up with its topics: from here on every key is read from the store
@@ -340,64 +344,69 @@ class StateView:
             self._batch_stale += 1
         return newer
 
-    def _apply_session(self, record: Record, key: bytes, current: dict, puts: dict, counters: dict[str, int]) -> None:
+    def _apply_session(self, record: Record, value_key: bytes, current: dict, puts: dict, counters: dict[str, int]) -> None:
+        # value_key is SESSION and the id; the id's other keys are made only when needed (once
+        # per record of a rebuild, as the grave's look-up only where some grave exists).
+        stored = current[value_key]
         if type(record) is not SessionRecord:
             assert isinstance(record, Tombstone)
-            stored = current[SESSION + key]
             if stored is None:
                 return
+            key = value_key[1:]
             ts, active = SESSION_HEAD.unpack_from(stored)
-            _set(current, puts, SESSION + key, None)
-            if current.get(SESSION_GRAVE + key) is None:
+            _set(current, puts, value_key, None)
+            grave_key = SESSION_GRAVE + key
+            if current.get(grave_key) is None:
                 counters["graves"] += 1
-            _set(current, puts, SESSION_GRAVE + key, GRAVE.pack(ts, self._now_ms))
+            _set(current, puts, grave_key, GRAVE.pack(ts, self._now_ms))
             counters["sessions"] -= 1
             if active:
                 puts[ACTIVE + key] = None
                 counters["active_sessions"] -= 1
             return
-        stored, grave = current[SESSION + key], current.get(SESSION_GRAVE + key)
-        if not self._wins(record.ts, stored, grave):
+        grave = current.get(SESSION_GRAVE + value_key[1:]) if counters["graves"] else None
+        if (stored is not None or grave is not None) and not self._wins(record.ts, stored, grave):
             return
         was_active = False
         if stored is None:
             counters["sessions"] += 1
             if grave is not None:
-                _set(current, puts, SESSION_GRAVE + key, None)
+                _set(current, puts, SESSION_GRAVE + value_key[1:], None)
                 counters["graves"] -= 1
         else:
             was_active = bool(SESSION_HEAD.unpack_from(stored)[1])
-        _set(current, puts, SESSION + key, SESSION_HEAD.pack(record.ts, record.active) + record.body)
+        current[value_key] = puts[value_key] = SESSION_HEAD.pack(record.ts, record.active) + record.body
         if record.active != was_active:
-            puts[ACTIVE + key] = b"" if record.active else None
+            puts[ACTIVE + value_key[1:]] = b"" if record.active else None
             counters["active_sessions"] += 1 if record.active else -1
 
     def _apply_series(
-        self, record: Record, key: bytes, current: dict, puts: dict, counters: dict[str, int], z_changes: dict[str, float | None]
+        self, record: Record, value_key: bytes, current: dict, puts: dict, counters: dict[str, int], z_changes: dict[str, float | None]
     ) -> None:
+        stored = current[value_key]
         if type(record) is not SeriesRecord:
             assert isinstance(record, Tombstone)
-            stored = current[SERIES + key]
             if stored is not None:
                 z_changes[record.key] = None
-                _set(current, puts, SERIES + key, None)
-                if current.get(SERIES_GRAVE + key) is None:
+                _set(current, puts, value_key, None)
+                grave_key = SERIES_GRAVE + value_key[1:]
+                if current.get(grave_key) is None:
                     counters["graves"] += 1
-                _set(current, puts, SERIES_GRAVE + key, GRAVE.pack(TS.unpack_from(stored)[0], self._now_ms))
+                _set(current, puts, grave_key, GRAVE.pack(TS.unpack_from(stored)[0], self._now_ms))
                 counters["series"] -= 1
             return
-        stored, grave = current[SERIES + key], current.get(SERIES_GRAVE + key)
-        if not self._wins(record.ts, stored, grave):
+        grave = current.get(SERIES_GRAVE + value_key[1:]) if counters["graves"] else None
+        if (stored is not None or grave is not None) and not self._wins(record.ts, stored, grave):
             return
         if stored is None:
             counters["series"] += 1
             if grave is not None:
-                _set(current, puts, SERIES_GRAVE + key, None)
+                _set(current, puts, SERIES_GRAVE + value_key[1:], None)
                 counters["graves"] -= 1
         z = record.last_z
         z_changes[record.series_id] = z
         head = SERIES_HEAD.pack(record.ts, z is not None, z if z is not None else 0.0)
-        _set(current, puts, SERIES + key, head + record.body)
+        current[value_key] = puts[value_key] = head + record.body
 
     def _apply_alerts(self, records: list[Record], puts: dict) -> list[AlertRecord]:
         new_alerts = []
