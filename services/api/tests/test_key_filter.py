@@ -37,3 +37,22 @@ def test_a_batch_past_the_bound_is_refused_whole():
 def test_an_empty_batch_is_nothing():
     keys = KeyFilter()
     assert keys.add([]) and keys.may_hold([]) == []
+
+
+def test_keys_of_one_batch_that_share_a_word_all_keep_their_bits():
+    keys = KeyFilter(first_capacity=1_000)
+    batch = _keys(0, 1_000)  # 1,000 keys in 256 words: most words are shared within the batch
+    assert keys.add(batch)
+    assert all(keys.may_hold(batch))
+
+
+def test_a_filter_told_how_many_keys_to_expect_holds_them_in_one_layer():
+    keys = KeyFilter(first_capacity=1_000)
+    keys.expect(5_000)
+    added = [_keys(start, 1_000) for start in range(0, 5_000, 1_000)]
+    for batch in added:
+        assert keys.add(batch)
+    assert keys.nbytes == KeyFilter(first_capacity=5_000).nbytes  # no layer grown
+    assert all(keys.may_hold([key for batch in added for key in batch]))
+    keys.expect(50_000)  # once keys are added, the filter keeps its layers
+    assert keys.nbytes == KeyFilter(first_capacity=5_000).nbytes

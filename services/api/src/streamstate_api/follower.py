@@ -257,9 +257,11 @@ class ViewFollower(threading.Thread):
                 for source, topic in self._topics.items():
                     self._view.track(source, [p for (t, p) in targets if t == topic])
                 remaining = self._remaining(targets)
+                left = sum(n for parts in remaining.values() for n in parts.values())
+                self._view.expect(left)
                 with self._state_lock:
                     self._targets = targets
-                    self._progress_start = (time.monotonic(), sum(n for parts in remaining.values() for n in parts.values()))
+                    self._progress_start = (time.monotonic(), left)
                 log.info("view follower: %s", self._progress(remaining))
             # After a retry, resume where the view stands instead of re-reading from the start.
             consumer.assign([self._resume_point(tp) for tp in partitions])

@@ -7,43 +7,50 @@ only ever saves reads: a false positive costs the read it would have cost anyway
 
 Asked per key from Python, a filter costs about what RocksDB's own answer for a missing key
 costs (measured, docs/api-store.md); asked for a whole batch with NumPy it costs a tenth.
-Python's ``hash`` of the key's bytes gives the two probes (salted per process: the filter
-lives in memory only, for the process that made it). It grows by adding layers, each twice
-the last, so that it needs no size in advance, up to a bound: a filter that would need a
-layer of more than 2^25 keys (64 MB; 128 MB with the layers before it) refuses the keys, and
-its owner drops it and reads every key again.
+Python's ``hash`` of the key's bytes gives the two bits, both in one 64-bit word (salted per
+process: the filter lives in memory only, for the process that made it). It is sized for the
+keys its owner expects (:meth:`KeyFilter.expect`: the records a rebuild has to read), and grows
+by adding layers, each twice the last, so that it needs no size in advance, up to a bound: a
+filter that would need a layer of more than 2^25 keys (64 MB; 128 MB with the layers before
+it) refuses the keys, and its owner drops it and reads every key again.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_BITS_PER_KEY = 16  # two probes: about 1.4 % false positives at capacity, fewer below it
+_BITS_PER_KEY = 16  # two bits of a 64-bit word a key: about 1.6 % false positives at capacity, fewer below it
 _FIRST_CAPACITY = 1 << 20  # keys: 2 MB
 _MAX_CAPACITY = 1 << 25  # the largest layer's keys: 64 MB
+_ONE = np.uint64(1)
+_SIX_BITS = np.uint64(63)
 
 
 class _Layer:
+    """Both of a key's bits in one 64-bit word (a "blocked" Bloom filter): one memory access a
+    key and layer, where two bits anywhere in the layer took two, each a cache miss once a
+    layer outgrows the cache (a rebuild of 10,000,000 keys asks four layers of 2-16 MB)."""
+
     def __init__(self, capacity: int):
-        bits = 1 << max(10, (capacity * _BITS_PER_KEY - 1).bit_length())
+        words = 1 << max(4, (max(capacity * _BITS_PER_KEY // 64, 1) - 1).bit_length())
         self.capacity = capacity
         self.count = 0
-        self._shift = np.uint64(64 - (bits.bit_length() - 1))
-        self._mask = np.uint64(bits - 1)
-        self._bytes = np.zeros(bits // 8, dtype=np.uint8)
+        self._shift = np.uint64(64 - (words.bit_length() - 1))  # the hash's top bits choose the word
+        self._words = np.zeros(words, dtype=np.uint64)
 
-    def _probes(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return hashes & self._mask, hashes >> self._shift
+    def _where(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each key's word, and its two bits there (from the hash's lowest twelve bits)."""
+        bits = np.left_shift(_ONE, hashes & _SIX_BITS) | np.left_shift(_ONE, (hashes >> np.uint64(6)) & _SIX_BITS)
+        return hashes >> self._shift, bits
 
     def may_hold(self, hashes: np.ndarray) -> np.ndarray:
-        found = np.ones(len(hashes), dtype=bool)
-        for probe in self._probes(hashes):
-            found &= (self._bytes[probe >> np.uint64(3)] >> (probe & np.uint64(7)).astype(np.uint8)) & np.uint8(1) == 1
-        return found
+        words, bits = self._where(hashes)
+        return self._words[words] & bits == bits
 
     def add(self, hashes: np.ndarray) -> None:
-        for probe in self._probes(hashes):
-            np.bitwise_or.at(self._bytes, probe >> np.uint64(3), np.left_shift(np.uint8(1), (probe & np.uint64(7)).astype(np.uint8)))
+        words, bits = self._where(hashes)
+        # ``at``: keys of one batch that share a word each set their bits (``a[i] |= b`` keeps one).
+        np.bitwise_or.at(self._words, words, bits)
         self.count += len(hashes)
 
 
@@ -53,6 +60,15 @@ class KeyFilter:
     def __init__(self, first_capacity: int = _FIRST_CAPACITY, max_capacity: int = _MAX_CAPACITY):
         self._layers = [_Layer(first_capacity)]
         self._max_capacity = max_capacity
+
+    def expect(self, keys: int) -> None:
+        """Size the first layer for ``keys`` keys (within its bounds) while nothing is added:
+        a rebuild that knows how many records it will read asks one layer for all of them,
+        where layers grown one doubling at a time were four at 10,000,000 keys, each asked."""
+        if len(self._layers) == 1 and self._layers[0].count == 0:
+            capacity = min(max(keys, self._layers[0].capacity), self._max_capacity)
+            if capacity != self._layers[0].capacity:
+                self._layers = [_Layer(capacity)]
 
     @staticmethod
     def hashed(keys: list[bytes]) -> np.ndarray:
@@ -88,7 +104,7 @@ class KeyFilter:
 
     @property
     def nbytes(self) -> int:
-        return sum(layer._bytes.nbytes for layer in self._layers)
+        return sum(layer._words.nbytes for layer in self._layers)
 
 
 def hashed(keys: list[bytes]) -> np.ndarray:

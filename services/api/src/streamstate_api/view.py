@@ -327,6 +327,13 @@ class StateView:
             current.update(zip(read, self._store.get_many(read)))
         return current, keys, hashes
 
+    def expect(self, records: int) -> None:
+        """The follower is about to read ``records`` records: a rebuild's key filter is sized for
+        them (nothing changes once the view has caught up or applied a batch)."""
+        with self._write_lock:
+            if self._written is not None:
+                self._written.expect(records)
+
     def rebuilt(self) -> None:
         """The view has caught up with its topics: from here on every key is read from the store
         (the filter of a rebuild's keys would only grow, to save reads that live updates of
