@@ -56,3 +56,12 @@ def test_a_filter_told_how_many_keys_to_expect_holds_them_in_one_layer():
     assert all(keys.may_hold([key for batch in added for key in batch]))
     keys.expect(50_000)  # once keys are added, the filter keeps its layers
     assert keys.nbytes == KeyFilter(first_capacity=5_000).nbytes
+
+
+def test_a_filter_expecting_more_than_its_bound_still_grows_a_layer_of_the_bound():
+    keys = KeyFilter(first_capacity=1_000, max_capacity=8_000)
+    keys.expect(1_000_000)
+    assert keys.add(_keys(0, 4_000))  # the first layer: half the bound
+    assert keys.add(_keys(4_000, 8_000))  # a second, of the bound itself
+    assert not keys.add(_keys(12_000, 1))
+    assert all(keys.may_hold(_keys(0, 12_000)))

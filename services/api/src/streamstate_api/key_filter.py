@@ -62,11 +62,12 @@ class KeyFilter:
         self._max_capacity = max_capacity
 
     def expect(self, keys: int) -> None:
-        """Size the first layer for ``keys`` keys (within its bounds) while nothing is added:
-        a rebuild that knows how many records it will read asks one layer for all of them,
-        where layers grown one doubling at a time were four at 10,000,000 keys, each asked."""
+        """Size the first layer for ``keys`` keys while nothing is added: a rebuild that knows
+        how many records it will read asks one layer for all of them, where layers grown one
+        doubling at a time were four at 10,000,000 keys, each asked. At most half the bound, so
+        that a layer of the bound can still follow it, as when grown."""
         if len(self._layers) == 1 and self._layers[0].count == 0:
-            capacity = min(max(keys, self._layers[0].capacity), self._max_capacity)
+            capacity = min(max(keys, self._layers[0].capacity), self._max_capacity // 2)
             if capacity != self._layers[0].capacity:
                 self._layers = [_Layer(capacity)]
 
