@@ -1,4 +1,5 @@
-"""A Bloom filter of the store keys a rebuild has written, asked a batch at a time.
+"""A Bloom filter of the store keys a rebuild has read (every key it wrote among them), asked
+a batch at a time.
 
 A cold rebuild reads the stored value of every key it applies, and finds nothing for nearly
 all of them (each user's first snapshot of the rebuild). Keys the filter has never seen are

@@ -25,10 +25,11 @@ deletion in the follower's time (a job's replay, a rebuild reading the topics), 
 own ``delete.retention.ms`` for tombstones is wall-clock time too. A grave of a store written
 before holds no deletion time: the first pruning gives it the time of that pruning.
 
-A view on an empty store (a cold rebuild) keeps a filter of the keys it has written
-(:mod:`streamstate_api.key_filter`) until the follower has caught up: a key the filter has
-never seen is absent from the store, so its read is skipped, and nearly every key of a
-rebuild is such a key. A key it may have seen is read as always. Such a view also writes
+A view on an empty store (a cold rebuild) keeps a filter of the keys it has read, which
+hold every key it has written (:mod:`streamstate_api.key_filter`), until the follower has
+caught up: a key the filter has never seen is absent from the store, so its read is
+skipped, and nearly every key of a rebuild is such a key. A key it may have seen is read as
+always. Such a view also writes
 without the store's log (:mod:`streamstate_api.store`), flushing the store every few
 seconds on a thread of its own: :meth:`StateView.kept_positions`, what a restart would resume
 from, are the positions of the last flush, and :meth:`StateView.rebuilt` flushes the rest.
