@@ -75,14 +75,14 @@ class KeyFilter:
     @staticmethod
     def hashed(keys: list[bytes]) -> np.ndarray:
         """The keys' hashes, as :meth:`may_hold_hashed` and :meth:`add_hashed` take them."""
-        return hashed(keys)
+        return np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
 
     def may_hold(self, keys: list[bytes]) -> list[bool]:
         """For each key, whether it may have been added (False: it certainly was not)."""
-        return self.may_hold_hashed(hashed(keys))
+        return self.may_hold_hashed(self.hashed(keys))
 
     def may_hold_hashed(self, hashes: np.ndarray) -> list[bool]:
-        """:meth:`may_hold` for keys already :func:`hashed` (a batch asks and adds the same keys)."""
+        """:meth:`may_hold` for keys already :meth:`hashed` (a batch asks and adds the same keys)."""
         found = self._layers[0].may_hold(hashes)
         for layer in self._layers[1:]:
             found |= layer.may_hold(hashes)
@@ -90,10 +90,10 @@ class KeyFilter:
 
     def add(self, keys: list[bytes]) -> bool:
         """Add ``keys``; False (and nothing added) when that would pass the filter's bound."""
-        return self.add_hashed(hashed(keys))
+        return self.add_hashed(self.hashed(keys))
 
     def add_hashed(self, hashes: np.ndarray) -> bool:
-        """:meth:`add` for keys already :func:`hashed`."""
+        """:meth:`add` for keys already :meth:`hashed`."""
         layer = self._layers[-1]
         if layer.count + len(hashes) > layer.capacity:
             capacity = max(layer.capacity * 2, len(hashes))
@@ -107,8 +107,3 @@ class KeyFilter:
     @property
     def nbytes(self) -> int:
         return sum(layer._words.nbytes for layer in self._layers)
-
-
-def hashed(keys: list[bytes]) -> np.ndarray:
-    """The keys' hashes, as the filter asks and adds them."""
-    return np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
