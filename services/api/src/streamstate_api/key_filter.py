@@ -30,7 +30,7 @@ _SIX_BITS = np.uint64(63)
 class _Layer:
     """Both of a key's bits in one 64-bit word (a "blocked" Bloom filter): one memory access a
     key and layer, where two bits anywhere in the layer took two, each a cache miss once a
-    layer outgrows the cache (a rebuild of 10,000,000 keys asks four layers of 2-16 MB)."""
+    layer outgrows the cache (a layer of 10,000,000 keys is 32 MB)."""
 
     def __init__(self, capacity: int):
         words = 1 << max(4, (max(capacity * _BITS_PER_KEY // 64, 1) - 1).bit_length())
