@@ -29,7 +29,7 @@ topics per run. Figures:
 Each figure is the median of ``--runs`` runs, at the issue's sizes (1,000,000 events over
 100,000 users, 1,000,000 points over 10,000 series, 1,000,000 keys in state, 1,000,000 and
 10,000,000 users in the API); ``--quick`` divides them by ten for a look in a few minutes. Before the measured Spark
-runs, one small warm-up run of each Spark query is discarded, as the Quix peers' start-up is.
+runs, one run of each Spark query over the measured datasets is discarded, as the Quix peers' start-up is.
 The throughput comparisons (sessions, anomalies) run their engines in turns, one run each per
 round, so that the host's drift falls on all of them; their ratio rows list each round's ratio.
 A run starts once the machine has been quiet for 10 s (``--start-busy``: at once).
@@ -93,7 +93,9 @@ NOTES = [
     "letters, no alerts and no state snapshots; it runs in complete mode (session windows support no update mode).",
     "Spark throughput = input records / the summed triggerExecution of the availableNow run's batches, the batch "
     "without data that ends it included (planning, first read, state, delivery-checked Kafka writes); "
-    "source_rows_read in results.json counts every scan of the topic.",
+    "source_rows_read in results.json counts every scan of the topic. Before the first figure, each Spark query "
+    "runs once over the measured dataset, discarded: with a small warm-up the first round of every Spark engine "
+    "was 10-20 % slower than the later ones (JIT compilation and the topic's first full read).",
     "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
     "group rebalance before the first record is not counted.",
     "Production-path rows: the production profile, i.e. the same Apache Kafka (KRaft) and Spark's built-in connector "
@@ -303,21 +305,21 @@ def validation_figure(args: argparse.Namespace) -> dict[str, Any]:
     return validation.measure(args.validation_records, args.runs)
 
 
-def warm_up(spark, settings, workdir: Path) -> float:
-    """One small discarded run of each measured Spark query: JIT compilation and the first
-    Python workers are paid here, not by whichever figure happens to run first."""
+def warm_up(spark, settings, workdir: Path, events, points) -> float:
+    """One discarded run of each measured Spark query over the measured datasets themselves:
+    JIT compilation, the first Python workers and the first full read of each topic are paid
+    here, not by the first round of whichever figure runs first. (A warm-up of 20,000 records
+    left each query's first round 10-20 % slower than its later ones: docs/profile.md.)"""
     from bench.anomalies_throughput import anomalies_job_once
-    from bench.dataset import produce_metrics, produce_user_events
-    from bench.sessions_throughput import native_once, sessions_job_once
+    from bench.sessions_throughput import native_once, sessions_job_once, stateless_once
 
     started = time.perf_counter()
-    events = produce_user_events(settings.bootstrap_servers, "bench-warm-up-user-events", WARM_UP_EVENTS, WARM_UP_EVENTS // 10, SEED + 1)
-    points = produce_metrics(settings.bootstrap_servers, "bench-warm-up-metrics", WARM_UP_EVENTS, WARM_UP_EVENTS // 100, SEED + 1)
+    stateless_once(spark, settings, events, workdir / "warm-up-stateless")
     sessions_job_once(spark, settings, events, workdir / "warm-up-sessions")
     native_once(spark, settings, events, workdir / "warm-up-native")
     anomalies_job_once(spark, settings, points, workdir / "warm-up-anomalies")
     seconds = time.perf_counter() - started
-    print(f"warm-up: {WARM_UP_EVENTS:,} events and points through each Spark query in {seconds:.0f}s (discarded)", flush=True)
+    print(f"warm-up: the datasets through each Spark query once in {seconds:.0f}s (discarded)", flush=True)
     return round(seconds, 1)
 
 
@@ -366,7 +368,7 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
             if spark is not None:
                 run.doc["setup"]["kafka_connector"] = connector_description(spark)
             if spark is not None and needs_datasets:
-                run.doc["setup"]["warm_up_s"] = warm_up(spark, settings, workdir)
+                run.doc["setup"]["warm_up_s"] = warm_up(spark, settings, workdir, events, points)
             run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))
             run.figure("anomalies", lambda: anomalies_throughput.measure(spark, settings, points, workdir, args.runs))
             run.figure("latency", lambda: latency.measure_with_floors(
