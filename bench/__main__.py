@@ -55,9 +55,12 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from bench.report import write_results
+
+if TYPE_CHECKING:
+    from bench.dataset import Dataset
 
 HERE = Path(__file__).resolve().parent
 FIGURES = ("ceiling", "sessions", "anomalies", "latency", "state", "production", "transactions", "api", "windows", "cluster")
@@ -81,7 +84,8 @@ SIZES = {  # name -> (default: the issue's, --quick)
 LATENCY_LEAD_IN_S = (60.0, 10.0)
 # In-process and CPU-bound: only when asked for (--only validation), like the cluster figure.
 FIGURES += ("validation",)
-WARM_UP_EVENTS = 20_000
+# The production figure's warm-up, on its own broker and MinIO (its rows are no goal's): small.
+PRODUCTION_WARM_UP_EVENTS = 20_000
 SEED = 20_261_122
 NOTES = [
     "Quix Streams 3.28.0 runs in its own venv (.venv/peers/quix): its pins (confluent-kafka<2.13, pydantic<2.14) "
@@ -305,7 +309,7 @@ def validation_figure(args: argparse.Namespace) -> dict[str, Any]:
     return validation.measure(args.validation_records, args.runs)
 
 
-def warm_up(spark, settings, workdir: Path, events, points) -> float:
+def warm_up(spark, settings, workdir: Path, events: Dataset, points: Dataset) -> float:
     """One discarded run of each measured Spark query over the measured datasets themselves:
     JIT compilation, the first Python workers and the first full read of each topic are paid
     here, not by the first round of whichever figure runs first. (A warm-up of 20,000 records
@@ -374,7 +378,7 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
             run.figure("latency", lambda: latency.measure_with_floors(
                 spark, settings, workdir, args.runs, args.latency_rate, args.latency_seconds, args.latency_lead_in))
             run.figure("state", lambda: state_scale(spark, workdir, args.state_small, args.state_large, args.runs))
-            run.figure("production", lambda: production.measure(spark, settings, workdir, args, SEED, WARM_UP_EVENTS))
+            run.figure("production", lambda: production.measure(spark, settings, workdir, args, SEED, PRODUCTION_WARM_UP_EVENTS))
             run.figure("transactions", lambda: transactions_cost.measure(
                 spark, settings, events, workdir, args.runs, args.latency_rate, args.latency_seconds, args.latency_lead_in))
             run.figure("windows", lambda: windows_throughput.measure(spark, workdir, args.window_events, args.window_keys, args.runs, SEED))
