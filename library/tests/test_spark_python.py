@@ -6,6 +6,7 @@ tasks, which collects what the last task left and freezes the rest."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from streamstate.spark_python import LAUNCHER as LAUNCHER_NAME, PRELOADED, BetweenTasksCollector, preload, preloaded_modules, worker_python
+from streamstate.spark_python import (
+    LAUNCHER as LAUNCHER_NAME, PRELOADED, PRINTING_MODULES, BetweenTasksCollector, preload, preloaded_modules, worker_python,
+)
 
 LAUNCHER = Path(sys.executable).with_name(LAUNCHER_NAME)
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -120,6 +123,40 @@ def run_as_other_module(tmp_path: Path, probe: str) -> subprocess.CompletedProce
     """``probe`` run by the launcher as a module of its own (``-m probe``), not PySpark's daemon."""
     (tmp_path / "probe.py").write_text(probe)
     return subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+
+
+def test_the_pre_init_workers_progress_goes_to_the_log_not_to_standard_output(tmp_path):
+    """transformWithState's pre-init process prints five lines at every query start, which Spark
+    copies into the driver's log: run by the launcher, a stand-in of that module (its package
+    found first on the path) prints into its logger at DEBUG, and the same code as any other
+    module still prints."""
+    probe = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format='%(name)s: %(message)s')\n"
+        "print('Starting the worker.\\n')\n"
+    )
+    module = "pyspark.sql.streaming.transform_with_state_driver_worker"
+    package = tmp_path
+    for name in module.split(".")[:-1]:
+        package = package / name
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+    (package / "transform_with_state_driver_worker.py").write_text(probe)
+    quieted = subprocess.run(
+        [str(LAUNCHER), "-m", module], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert quieted.stdout == ""
+    assert f"{module}: Starting the worker." in quieted.stderr
+    assert run_as_other_module(tmp_path, probe).stdout == "Starting the worker.\n\n"
+
+
+def test_the_modules_whose_prints_go_to_the_log_still_print():
+    """Each module in PRINTING_MODULES is PySpark's and still calls print(): one that stops can leave the list."""
+    for module in PRINTING_MODULES:
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None, module
+        assert "print(" in Path(spec.origin).read_text(), module
 
 
 def test_the_launcher_installs_the_collector_for_pysparks_daemon_only(tmp_path):

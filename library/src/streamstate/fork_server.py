@@ -34,7 +34,6 @@ import contextlib
 import hashlib
 import json
 import os
-import runpy
 import signal
 import socket
 import struct
@@ -42,7 +41,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from streamstate.spark_python import DAEMON, as_python_m, drop_archives, preload, preloaded_modules, prepare_daemon
+from streamstate.spark_python import DAEMON, as_python_m, drop_archives, preload, preloaded_modules, prepare_daemon, run_as_main
 
 if TYPE_CHECKING:
     import selectors
@@ -205,7 +204,7 @@ def _run_child(request: dict, fds: list[int], inherited: Iterable[int]) -> None:
         # runpy runs the module's code anew; preloaded, it would warn of its copy in sys.modules.
         sys.modules.pop(sys.argv[0], None)
         try:
-            runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+            run_as_main(sys.argv[0])
             code = 0
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

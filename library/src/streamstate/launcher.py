@@ -11,11 +11,10 @@ same way (:mod:`streamstate.fork_server`).
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 
 from streamstate import fork_server
-from streamstate.spark_python import DAEMON, LAUNCHER, as_python_m, drop_archives, preload, preloaded_modules, prepare_daemon
+from streamstate.spark_python import DAEMON, LAUNCHER, as_python_m, drop_archives, preload, preloaded_modules, prepare_daemon, run_as_main
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         for failure in preload(preloaded_modules(os.environ)):
             print(failure, file=sys.stderr, flush=True)
         prepare_daemon()
-    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    run_as_main(args[1])
 
 
 def _forked_by_a_server(arguments: list[str]) -> int | None:

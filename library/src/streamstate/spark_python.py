@@ -27,6 +27,8 @@ and imports once, before it forks the task workers, what each of them would impo
 ``STREAMSTATE_WORKER_PRELOAD`` names. Each worker took about a second of CPU importing them, and
 a job starts four to six workers at once with everything else on two cores (docs/profile.md).
 Its workers also keep the memory a task frees for the next task (:func:`keep_freed_memory`).
+Every module runs through :func:`run_as_main`, which sends the progress lines
+transformWithState's pre-init process prints to the log (:data:`PRINTING_MODULES`).
 
 PySpark's daemon imports nothing before it forks, on purpose: pyarrow and NumPy start threads
 when imported (jemalloc's background thread, OpenBLAS's pool), and a fork copies only the
@@ -39,6 +41,8 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
+import runpy
 import sys
 import time
 import warnings
@@ -58,6 +62,10 @@ PRELOAD_VARIABLE = "STREAMSTATE_WORKER_PRELOAD"  # more modules for the daemon, 
 # (a bucket's columns and a batch's Arrow tables are megabytes to a few hundred).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 KEPT_FREE_BYTES = 256 << 20
+# PySpark modules that print their progress to standard output, which Spark copies into the
+# driver's log: transformWithState's pre-init process prints five lines at every query start,
+# one of them the operator's whole output schema. Their print() goes to the log at DEBUG.
+PRINTING_MODULES = frozenset({"pyspark.sql.streaming.transform_with_state_driver_worker"})
 KEPT_BLOCK_BYTES = 256 << 20
 
 
@@ -146,6 +154,20 @@ def as_python_m(arguments: list[str], cwd: str) -> None:
     if not sys.flags.safe_path:
         sys.path.insert(0, cwd)
     sys.argv = list(arguments)
+
+
+def run_as_main(module: str, printing_modules: frozenset[str] = PRINTING_MODULES) -> None:
+    """Run ``module`` as ``python -m`` does; one of ``printing_modules`` with its ``print()``
+    sent to the log at DEBUG (its logger: the module's name)."""
+    init_globals = {"print": _logged_print(logging.getLogger(module))} if module in printing_modules else None
+    runpy.run_module(module, run_name="__main__", alter_sys=True, init_globals=init_globals)
+
+
+def _logged_print(log: logging.Logger) -> Callable[..., None]:
+    def logged_print(*values: object, sep: str | None = " ", **_ignored: object) -> None:
+        log.debug("%s", (" " if sep is None else sep).join(map(str, values)).strip())
+
+    return logged_print
 
 
 def keep_freed_memory() -> bool:
