@@ -62,11 +62,11 @@ PRELOAD_VARIABLE = "STREAMSTATE_WORKER_PRELOAD"  # more modules for the daemon, 
 # (a bucket's columns and a batch's Arrow tables are megabytes to a few hundred).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 KEPT_FREE_BYTES = 256 << 20
+KEPT_BLOCK_BYTES = 256 << 20
 # PySpark modules that print their progress to standard output, which Spark copies into the
 # driver's log: transformWithState's pre-init process prints five lines at every query start,
 # one of them the operator's whole output schema. Their print() goes to the log at DEBUG.
 PRINTING_MODULES = frozenset({"pyspark.sql.streaming.transform_with_state_driver_worker"})
-KEPT_BLOCK_BYTES = 256 << 20
 
 
 def is_redundant(entry: str) -> bool:
@@ -156,10 +156,10 @@ def as_python_m(arguments: list[str], cwd: str) -> None:
     sys.argv = list(arguments)
 
 
-def run_as_main(module: str, printing_modules: frozenset[str] = PRINTING_MODULES) -> None:
-    """Run ``module`` as ``python -m`` does; one of ``printing_modules`` with its ``print()``
+def run_as_main(module: str) -> None:
+    """Run ``module`` as ``python -m`` does; one of :data:`PRINTING_MODULES` with its ``print()``
     sent to the log at DEBUG (its logger: the module's name)."""
-    init_globals = {"print": _logged_print(logging.getLogger(module))} if module in printing_modules else None
+    init_globals = {"print": _logged_print(logging.getLogger(module))} if module in PRINTING_MODULES else None
     runpy.run_module(module, run_name="__main__", alter_sys=True, init_globals=init_globals)
 
 
