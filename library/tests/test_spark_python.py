@@ -108,13 +108,22 @@ def test_garbage_holding_a_frozen_object_waits_for_the_full_collection(unfrozen)
 
 
 def run_as_daemon(tmp_path: Path, probe: str, **env: str) -> subprocess.CompletedProcess:
-    """``probe`` run by the launcher as PySpark's daemon: a stand-in named like the daemon, found
-    first on the path (its package shadows PySpark's), reports what the daemon's module would see."""
-    (tmp_path / "pyspark").mkdir()
-    (tmp_path / "pyspark" / "__init__.py").write_text("")
-    (tmp_path / "pyspark" / "daemon.py").write_text(probe)
+    """``probe`` run by the launcher as PySpark's daemon (:func:`run_stand_in`)."""
+    return run_stand_in(tmp_path, "pyspark.daemon", probe, **env)
+
+
+def run_stand_in(tmp_path: Path, module: str, probe: str, **env: str) -> subprocess.CompletedProcess:
+    """``probe`` run by the launcher as PySpark's ``module``: a stand-in named like it, found
+    first on the path (its package shadows PySpark's), reports what that module would see."""
+    *packages, name = module.split(".")
+    folder = tmp_path
+    for package in packages:
+        folder = folder / package
+        folder.mkdir(exist_ok=True)
+        (folder / "__init__.py").write_text("")
+    (folder / f"{name}.py").write_text(probe)
     return subprocess.run(
-        [str(LAUNCHER), "-m", "pyspark.daemon"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+        [str(LAUNCHER), "-m", module], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
         env={**os.environ, "PYTHONPATH": str(tmp_path), **env},
     )
 
@@ -136,16 +145,7 @@ def test_the_pre_init_workers_progress_goes_to_the_log_not_to_standard_output(tm
         "print('Starting the worker.\\n')\n"
     )
     module = "pyspark.sql.streaming.transform_with_state_driver_worker"
-    package = tmp_path
-    for name in module.split(".")[:-1]:
-        package = package / name
-        package.mkdir()
-        (package / "__init__.py").write_text("")
-    (package / "transform_with_state_driver_worker.py").write_text(probe)
-    quieted = subprocess.run(
-        [str(LAUNCHER), "-m", module], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
+    quieted = run_stand_in(tmp_path, module, probe)
     assert quieted.stdout == ""
     assert f"{module}: Starting the worker." in quieted.stderr
     assert run_as_other_module(tmp_path, probe).stdout == "Starting the worker.\n\n"
