@@ -113,8 +113,9 @@ def run_as_daemon(tmp_path: Path, probe: str, **env: str) -> subprocess.Complete
 
 
 def run_stand_in(tmp_path: Path, module: str, probe: str, **env: str) -> subprocess.CompletedProcess:
-    """``probe`` run by the launcher as PySpark's ``module``: a stand-in named like it, found
-    first on the path (its package shadows PySpark's), reports what that module would see."""
+    """``probe`` run by the launcher as ``module``, written under ``tmp_path`` and found first on
+    the path: a stand-in named like one of PySpark's (its package shadows PySpark's) reports what
+    that module would see."""
     *packages, name = module.split(".")
     folder = tmp_path
     for package in packages:
@@ -130,8 +131,7 @@ def run_stand_in(tmp_path: Path, module: str, probe: str, **env: str) -> subproc
 
 def run_as_other_module(tmp_path: Path, probe: str) -> subprocess.CompletedProcess:
     """``probe`` run by the launcher as a module of its own (``-m probe``), not PySpark's daemon."""
-    (tmp_path / "probe.py").write_text(probe)
-    return subprocess.run([str(LAUNCHER), "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+    return run_stand_in(tmp_path, "probe", probe)
 
 
 def test_the_pre_init_workers_progress_goes_to_the_log_not_to_standard_output(tmp_path):
