@@ -158,8 +158,9 @@ def _per_user_visit(
         after = driver.value if driver.exists else None
         if after is not None:
             kept[user] = after
-        if after != before:
-            snapshots.append((user, user_snapshot(rule, user, after)))
+        snapshot = user_snapshot(rule, user, after)
+        if snapshot != user_snapshot(rule, user, before):  # as the columns decide it: what the snapshot shows changed
+            snapshots.append((user, snapshot))
     return Visit(SessionColumns.of_user_states(kept, rule), records, snapshots)
 
 
@@ -186,12 +187,14 @@ def _visit(state: SessionColumns, events: pa.Table | None, watermark_ms: int | N
         changed = accepted_by > 0
         return Visit(state, records + _counters(counts), _snapshots(state, changed, np.zeros(state.n, bool), rule))
 
-    state, settled = _settle(state, called, watermark_ms, rule, records, counts)
-    expired = called & (np.bincount(state.p_user, minlength=state.n) == 0) & ~state.is_open & (
-        state.ts + rule.idle_ttl_ms <= watermark_ms
-    )
-    changed = (accepted_by > 0) | settled | expired
-    snapshots = _snapshots(state, changed & ~expired, expired, rule)
+    state, idle = _settle(state, called, watermark_ms, rule, records, counts)
+    holding = np.bincount(state.p_user, minlength=state.n) > 0
+    expired = called & ~holding & ~state.is_open & (state.ts + rule.idle_ttl_ms <= watermark_ms)
+    # A snapshot shows the held events folded in provisionally, so folding them for real (or
+    # forgetting old ids) leaves a user's snapshot as it was (most of a settling visit's users
+    # would repeat theirs). New events change it, and so does a session closed for inactivity,
+    # unless the user still holds a later event: its gap closed that session in the fold already.
+    snapshots = _snapshots(state, ((accepted_by > 0) | (idle & ~holding)) & ~expired, expired, rule)
     if expired.any():
         state = state.select(~expired)
     return Visit(state, records + _counters(counts), snapshots)
@@ -318,10 +321,8 @@ def _settle(
 ) -> tuple[SessionColumns, np.ndarray]:
     """:func:`rules.settle` for every called user: fold what the watermark passed, close the
     sessions idle past the gap, forget the ids past the retention. Returns the new state, the
-    users whose state changed (events folded, a session closed, ids forgotten)."""
+    users whose open session it closed for inactivity."""
     due_rows = np.flatnonzero(called[state.p_user] & (state.p_ts <= watermark_ms))
-    folded = np.zeros(state.n, bool)
-    folded[state.p_user[due_rows]] = True
     fold = fold_events(state, sorted_pending(state, due_rows), rule, quiet=False)
     state = apply_fold(state, fold)
     if len(due_rows):
@@ -339,8 +340,8 @@ def _settle(
         state = replace(state, behaviour=behaviour, is_open=state.is_open & ~idle,
                         r_user=state.r_user[~drop_views], r_ts=state.r_ts[~drop_views])
     forget = called[state.s_user] & (state.s_ts < watermark_ms - rule.dedupe_retention_ms)
-    pruned = np.zeros(state.n, bool)
     if forget.any():
+        pruned = np.zeros(state.n, bool)
         pruned[state.s_user[forget]] = True
         state = drop_rows(state, "s_", np.flatnonzero(forget))
         still_short = np.zeros(state.n, bool)
@@ -353,7 +354,7 @@ def _settle(
     for ended_by, n in fold.ended_by.items():
         counts[f"sessions_closed:{ended_by}"] += n
     counts["sessions_opened"] += fold.opened
-    return state, folded | fold.closed | idle | pruned
+    return state, idle
 
 
 # ---------------------------------------------------------------------------------- snapshots

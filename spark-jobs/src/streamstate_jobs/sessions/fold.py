@@ -64,7 +64,6 @@ class Fold:
     last: np.ndarray
     r_user: np.ndarray
     r_ts: np.ndarray
-    closed: np.ndarray  # users that closed a session
     alerts: list[Alert] = field(default_factory=list)
     sessions: list[tuple[int, int, str]] = field(default_factory=list)  # (user, order, JSON)
     opened: int = 0
@@ -78,7 +77,7 @@ def fold_events(state: SessionColumns, events: Events, rule: rules.SessionRule, 
     gap = rule.gap_ms
     result = Fold(
         state.is_open.copy(), state.open.copy(), state.total.copy(), state.activity.copy(), state.alerted.copy(),
-        state.behaviour.copy(), state.first.copy(), state.last.copy(), state.r_user, state.r_ts, np.zeros(n, bool),
+        state.behaviour.copy(), state.first.copy(), state.last.copy(), state.r_user, state.r_ts,
     )
     if not k:
         return result
@@ -194,8 +193,6 @@ def fold_events(state: SessionColumns, events: Events, rule: rules.SessionRule, 
     result.total[final_user] = seg_total[final]
     result.activity[final_user] = types[ends[final]]
     result.alerted[final_user] = alerted[final]
-    result.closed[seg_user[closed_segments]] = True
-    result.closed[gap_users] = True
     result.r_user, result.r_ts = _recent_views_after(state, events, seg_user, continues, starts, ends, final, stays_open, rule)
     result.opened = int(new_session.sum())
     if quiet:
