@@ -7,17 +7,19 @@ bucket's new events as an Arrow table and its users' states as columns
 (:class:`~streamstate_jobs.sessions.columns.SessionColumns`), and does the same work with array
 operations over all of them: admission (de-duplication, lateness), the fold of what the
 watermark settles (:mod:`~streamstate_jobs.sessions.fold`: session boundaries, counts, activity
-runs, the three alerts), idle expiry, and each changed user's snapshot.
+runs, the three alerts), idle expiry, and a snapshot for each user whose snapshot changed.
 
 The per-user rule is the reference, and the tests hold the two together over random events,
 batch cuts and watermarks: the same alerts, sessions, dead letters and snapshots, and states
-that convert (:meth:`SessionColumns.user_states`) to the per-user rule's. Two differences, both
+that convert (:meth:`SessionColumns.user_states`) to the per-user rule's. Three differences, all
 by design: the counters are summed over the visit (one ``count`` row per counter, not per user),
-and the records come grouped by kind rather than user by user (each user's own sessions and
-snapshot keep their order). A user whose purchases could take a session's total out of the
-range of a double (:data:`OVERFLOW_BOUND`) is run through the per-user rule instead: the rule
-refuses such a purchase, which moves every session boundary after it, and only the
-event-by-event fold decides that.
+the records come grouped by kind rather than user by user (each user's own sessions and
+snapshot keep their order), and a user's snapshot is not published again when it would repeat
+the last one (the state library publishes one whenever the per-user state changes). A user
+whose purchases could take a session's total out of the range of a double
+(:data:`OVERFLOW_BOUND`) is run through the per-user rule instead: the rule refuses such a
+purchase, which moves every session boundary after it, and only the event-by-event fold
+decides that.
 """
 
 from __future__ import annotations
