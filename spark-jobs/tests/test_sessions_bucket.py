@@ -185,6 +185,17 @@ def test_the_visits_records_are_the_per_user_rules_on_a_longer_run():
     _check(raw, [rng.randrange(3_001) for _ in range(12)], 40)
 
 
+def test_a_snapshot_is_published_when_what_it_shows_changes_and_not_again_when_its_events_settle():
+    held = bucket.visit(SessionColumns(), events_table([_value("u1", 10, "a", "click", None, 0),
+                                                        _value("u2", 10, "b", "click", None, 1)]), None, RULE)
+    assert [user for user, _ in held.snapshots] == ["u1", "u2"]  # the held events, folded in provisionally
+    settled = bucket.visit(held.state, None, 50, RULE)  # both folded for real: the same snapshots
+    assert settled.snapshots == [] and settled.state.p_user.size == 0
+    idle = bucket.visit(settled.state, events_table([_value("u2", 60, "c", "click", None, 2)]), 110, RULE)
+    shown = dict(idle.snapshots)  # u1's session closed for inactivity, u2 had a new event
+    assert sorted(shown) == ["u1", "u2"] and json.loads(shown["u1"])["open_session"] is None
+
+
 def test_states_convert_to_columns_and_back():
     arrival = [_value("u1", 5, "a", "page_view", None, 0), _value("u1", 7, "b", "purchase", 2.5, 1),
                _value("u2", 9, "c", "login", None, 2)]
