@@ -77,10 +77,10 @@ def _run(arrival: list[dict], cuts: list[int], delay: int, switch_at: int = 0) -
                 watermark = moved
                 state = _collect(bucket.visit(state, None, watermark, RULE), got)
     assert tester.watermark_ms == watermark
-    return _published_snapshots(tester.rows, first), got, tester, state
+    return _reference_as_published(tester.rows, first), got, tester, state
 
 
-def _published_snapshots(rows: list, first: int) -> list[tuple]:
+def _reference_as_published(rows: list, first: int) -> list[tuple]:
     """The reference's rows from ``first`` on without the snapshots that repeat the user's one
     before: the state library publishes a snapshot whenever a user's state changes, the bucket
     form only when what it shows changes (folding held events for real does not: the snapshot
