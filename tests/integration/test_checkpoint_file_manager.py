@@ -124,20 +124,46 @@ def test_on_s3a_a_checkpoint_file_costs_one_put_and_no_probe(spark, production_s
         "object_put_request": 1, "action_http_head_request": 0, "object_list_request": 0}
 
 
+LOOKS = ("object_put_request", "action_http_head_request", "object_list_request", "action_http_get_request")
+
+
 def test_on_s3a_looking_for_a_log_file_costs_one_head_and_nothing_else(spark, production_stack):
     """Spark looks for each offset and commit log file before writing it. S3A's check of a
     missing name is a HEAD and then a LIST (for a directory of that name); a log folder holds
-    only files, so there the HEAD is the answer."""
+    only files, so there the HEAD is the answer. A manager that has written no log file asks."""
     jvm, made, folder, _ = _s3a_manager(spark, production_stack)
     path = jvm.org.apache.hadoop.fs.Path
-    _write(jvm, made, f"{folder}/offsets/5", CONTENT, overwrite=False)
-    names = ("object_put_request", "action_http_head_request", "object_list_request", "action_http_get_request")
-    before = _s3a_requests(jvm, spark, folder, names)
+    _write(jvm, _manager_at(spark, folder)[1], f"{folder}/offsets/5", CONTENT, overwrite=False)  # another manager's file
+    before = _s3a_requests(jvm, spark, folder, LOOKS)
     found = [made.exists(path(f"{folder}/{log}/{batch}")) for log in ("offsets", "commits") for batch in ("5", "6")]
-    after = _s3a_requests(jvm, spark, folder, names)
+    after = _s3a_requests(jvm, spark, folder, LOOKS)
     assert found == [True, False, False, False]
-    assert {name: after[name] - before[name] for name in names} == {
+    assert {name: after[name] - before[name] for name in LOOKS} == {
         "object_put_request": 0, "action_http_head_request": 4, "object_list_request": 0, "action_http_get_request": 0}
+
+
+def test_on_s3a_the_log_file_after_the_managers_own_is_missing_without_a_request(spark, production_stack):
+    """A query writes its log files in order through one manager per log: the next one after
+    the file it wrote is not there unless another writer made it, and the store refuses that
+    writer's name to this one's PUT, which Spark reports as two queries on one checkpoint."""
+    jvm, made, folder, _ = _s3a_manager(spark, production_stack)
+    path = jvm.org.apache.hadoop.fs.Path
+    _write(jvm, made, f"{folder}/offsets/7", CONTENT, overwrite=False)
+    before = _s3a_requests(jvm, spark, folder, LOOKS)
+    assert not made.exists(path(f"{folder}/offsets/8"))
+    assert _s3a_requests(jvm, spark, folder, LOOKS) == before
+    # Any other name is asked for: a later batch, another log, the file itself.
+    assert [made.exists(path(f"{folder}/{name}")) for name in ("offsets/9", "commits/8", "offsets/7")] == [False, False, True]
+    assert _s3a_requests(jvm, spark, folder, LOOKS)["action_http_head_request"] == before["action_http_head_request"] + 3
+
+    other = _manager_at(spark, folder)[1]  # a second query on the same checkpoint
+    _write(jvm, other, f"{folder}/offsets/8", b"other writer", overwrite=False)
+    assert not made.exists(path(f"{folder}/offsets/8"))
+    with pytest.raises(Py4JJavaError) as refused:
+        _write(jvm, made, f"{folder}/offsets/8", CONTENT, overwrite=False)
+    assert refused.value.java_exception.getClass().getName() == "org.apache.hadoop.fs.FileAlreadyExistsException"
+    assert _read(jvm, made, f"{folder}/offsets/8") == b"other writer"
+    assert _manager_at(spark, folder)[1].exists(path(f"{folder}/offsets/8"))  # a restarted query's manager finds it
 
 
 def test_on_s3a_folders_and_other_files_are_found_as_spark_finds_them(spark, production_stack):

@@ -2,6 +2,8 @@ package io.streamstate.hadoop;
 
 import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
@@ -42,6 +44,13 @@ import org.slf4j.LoggerFactory;
  * for each of a batch's two log files on a local MinIO. Every other path is checked as Spark
  * checks it.
  *
+ * <p>Where the store refuses a second writer by itself (the conditional PUT in force), the log
+ * file right after one this manager wrote is answered as missing without a request: a query
+ * writes its logs in batch order through one manager per log, so only another writer could
+ * have made that name since, and that writer's file refuses this one's PUT, which Spark reports
+ * as two queries writing one checkpoint, as it does when it finds the file. Another 2.5 ms a
+ * log file; a manager that has written nothing yet (a query's start) asks the store.
+ *
  * <p>File systems whose streams cannot be aborted (local disk, HDFS) keep Spark's own
  * temporary-file-and-rename path, so the class is safe to set for every checkpoint.
  */
@@ -51,16 +60,23 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
   /** S3A's create without its existence probes; an option other file systems ignore. */
   static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
 
+  /** S3A's conditional create: a PUT that must not overwrite is refused if the name exists. */
+  static final String CONDITIONAL_CREATE = "fs.s3a.create.conditional.enabled";
+
   /** A batch's file in an offset or commit log folder ({@code offsets/12}, {@code commits/12}). */
   private static final Pattern LOG_FILE_NAME = Pattern.compile("[0-9]+");
 
   private final boolean abortable;
   private final FileSystem fs;
+  private final boolean refusesSecondWriter;
+  /** The last log file this manager wrote without overwrite, by log folder. */
+  private final Map<Path, Long> lastWrittenBatch = new ConcurrentHashMap<>();
 
   public SinglePutCheckpointFileManager(Path path, Configuration conf) throws IOException {
     super(path, conf);
     this.abortable = supportsAbort(path);
     this.fs = abortable ? path.getFileSystem(conf) : null;
+    this.refusesSecondWriter = abortable && fs.getConf().getBoolean(CONDITIONAL_CREATE, true);
   }
 
   private boolean supportsAbort(Path path) {
@@ -82,12 +98,36 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
     if (!abortable || !isLogFile(path)) {
       return super.exists(path);
     }
+    if (refusesSecondWriter && isNextAfterOwnWrite(path)) {
+      return false;
+    }
     try (FSDataInputStream ignored = fs.open(path)) {
       return true;
     } catch (FileNotFoundException e) {
       return false;
     } catch (IOException e) {
       throw rethrow(e);  // as Spark's exists does: only a missing name is "false"
+    }
+  }
+
+  /** Whether {@code path} is the log file after the last one this manager wrote in its folder. */
+  private boolean isNextAfterOwnWrite(Path path) {
+    Long last = lastWrittenBatch.get(path.getParent());
+    return last != null && batchOf(path) == last + 1;
+  }
+
+  /** The batch a log file is named after; -1 for a number past a batch id's range. */
+  private static long batchOf(Path path) {
+    try {
+      return Long.parseLong(path.getName());
+    } catch (NumberFormatException e) {
+      return -1;
+    }
+  }
+
+  private void written(Path path) {
+    if (isLogFile(path)) {
+      lastWrittenBatch.merge(path.getParent(), batchOf(path), Math::max);
     }
   }
 
@@ -108,7 +148,7 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
       // S3A's builder is raw-typed; what it builds is an FSDataOutputStream.
       FSDataOutputStream out = (FSDataOutputStream)
           fs.createFile(path).overwrite(overwriteIfPossible).recursive().opt(CREATE_PERFORMANCE, "true").build();
-      return new InPlaceStream(out, path, overwriteIfPossible);
+      return new InPlaceStream(out, path, overwriteIfPossible, overwriteIfPossible ? null : () -> written(path));
     } catch (IOException e) {
       // Rethrown as is, as Spark's Scala managers do: HDFSMetadataLog tells a concurrent
       // writer by a FileAlreadyExistsException, which a wrapper would hide.
@@ -137,13 +177,15 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
     private final FSDataOutputStream out;
     private final Path path;
     private final boolean overwrite;
+    private final Runnable onPublished;
     private boolean terminated;
 
-    InPlaceStream(FSDataOutputStream out, Path path, boolean overwrite) {
+    InPlaceStream(FSDataOutputStream out, Path path, boolean overwrite, Runnable onPublished) {
       super(out);
       this.out = out;
       this.path = path;
       this.overwrite = overwrite;
+      this.onPublished = onPublished;
     }
 
     @Override
@@ -161,6 +203,9 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
           throw refused;
         }
         throw e;
+      }
+      if (onPublished != null) {
+        onPublished.run();
       }
     }
 
