@@ -126,8 +126,9 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
   }
 
   private void written(Path path) {
-    if (isLogFile(path)) {
-      lastWrittenBatch.merge(path.getParent(), batchOf(path), Math::max);
+    long batch = isLogFile(path) ? batchOf(path) : -1;
+    if (batch >= 0) {
+      lastWrittenBatch.merge(path.getParent(), batch, Math::max);
     }
   }
 
