@@ -84,8 +84,6 @@ SIZES = {  # name -> (default: the issue's, --quick)
 LATENCY_LEAD_IN_S = (60.0, 10.0)
 # In-process and CPU-bound: only when asked for (--only validation), like the cluster figure.
 FIGURES += ("validation",)
-# Passes of the warm-up over the measured datasets (warm_up): 40 s each.
-WARM_UP_PASSES = 2
 # The production figure's warm-up, on its own broker and MinIO (its rows are no goal's): small.
 PRODUCTION_WARM_UP_EVENTS = 20_000
 SEED = 20_261_122
@@ -100,9 +98,8 @@ NOTES = [
     "Spark throughput = input records / the summed triggerExecution of the availableNow run's batches, the batch "
     "without data that ends it included (planning, first read, state, delivery-checked Kafka writes); "
     "source_rows_read in results.json counts every scan of the topic. Before the first figure, each Spark query "
-    "runs twice over the measured dataset, discarded: with a small warm-up the first round of every Spark engine "
-    "was 10-20 % slower than the later ones (JIT compilation and the topic's first full read), and after one pass "
-    "the sessions job's first round was still its slowest.",
+    "runs once over the measured dataset, discarded: with a small warm-up the first round of every Spark engine "
+    "was 10-20 % slower than the later ones (JIT compilation and the topic's first full read).",
     "Quix throughput = input records / (first record processed -> producer flushed after the last); its consumer "
     "group rebalance before the first record is not counted.",
     "Production-path rows: the production profile, i.e. the same Apache Kafka (KRaft) and Spark's built-in connector "
@@ -313,23 +310,20 @@ def validation_figure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def warm_up(spark, settings, workdir: Path, events: Dataset, points: Dataset) -> float:
-    """Discarded runs of each measured Spark query over the measured datasets themselves
-    (:data:`WARM_UP_PASSES` each): JIT compilation, the first Python workers and the first full
-    read of each topic are paid here, not by the first round of whichever figure runs first. (A
-    warm-up of 20,000 records left each query's first round 10-20 % slower than its later ones;
-    after one pass over the datasets the sessions job's first round was still its slowest in
-    eight runs of eight: docs/profile.md.)"""
+    """One discarded run of each measured Spark query over the measured datasets themselves:
+    JIT compilation, the first Python workers and the first full read of each topic are paid
+    here, not by the first round of whichever figure runs first. (A warm-up of 20,000 records
+    left each query's first round 10-20 % slower than its later ones: docs/profile.md.)"""
     from bench.anomalies_throughput import anomalies_job_once
     from bench.sessions_throughput import native_once, sessions_job_once, stateless_once
 
     started = time.perf_counter()
-    for turn in range(WARM_UP_PASSES):
-        stateless_once(spark, settings, events, workdir / f"warm-up-stateless-{turn}")
-        sessions_job_once(spark, settings, events, workdir / f"warm-up-sessions-{turn}")
-        native_once(spark, settings, events, workdir / f"warm-up-native-{turn}")
-        anomalies_job_once(spark, settings, points, workdir / f"warm-up-anomalies-{turn}")
+    stateless_once(spark, settings, events, workdir / "warm-up-stateless")
+    sessions_job_once(spark, settings, events, workdir / "warm-up-sessions")
+    native_once(spark, settings, events, workdir / "warm-up-native")
+    anomalies_job_once(spark, settings, points, workdir / "warm-up-anomalies")
     seconds = time.perf_counter() - started
-    print(f"warm-up: the datasets through each Spark query {WARM_UP_PASSES} times in {seconds:.0f}s (discarded)", flush=True)
+    print(f"warm-up: the datasets through each Spark query once in {seconds:.0f}s (discarded)", flush=True)
     return round(seconds, 1)
 
 
