@@ -149,7 +149,7 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
       // S3A's builder is raw-typed; what it builds is an FSDataOutputStream.
       FSDataOutputStream out = (FSDataOutputStream)
           fs.createFile(path).overwrite(overwriteIfPossible).recursive().opt(CREATE_PERFORMANCE, "true").build();
-      return new InPlaceStream(out, path, overwriteIfPossible, overwriteIfPossible ? null : () -> written(path));
+      return new InPlaceStream(out, path, overwriteIfPossible);
     } catch (IOException e) {
       // Rethrown as is, as Spark's Scala managers do: HDFSMetadataLog tells a concurrent
       // writer by a FileAlreadyExistsException, which a wrapper would hide.
@@ -174,19 +174,17 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
   }
 
   /** The final object's own stream: close publishes it, cancel aborts the upload. */
-  private static final class InPlaceStream extends CancellableFSDataOutputStream {
+  private final class InPlaceStream extends CancellableFSDataOutputStream {
     private final FSDataOutputStream out;
     private final Path path;
     private final boolean overwrite;
-    private final Runnable onPublished;
     private boolean terminated;
 
-    InPlaceStream(FSDataOutputStream out, Path path, boolean overwrite, Runnable onPublished) {
+    InPlaceStream(FSDataOutputStream out, Path path, boolean overwrite) {
       super(out);
       this.out = out;
       this.path = path;
       this.overwrite = overwrite;
-      this.onPublished = onPublished;
     }
 
     @Override
@@ -205,8 +203,8 @@ public class SinglePutCheckpointFileManager extends FileContextBasedCheckpointFi
         }
         throw e;
       }
-      if (onPublished != null) {
-        onPublished.run();
+      if (!overwrite) {
+        written(path);
       }
     }
 
