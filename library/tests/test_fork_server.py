@@ -74,8 +74,8 @@ print(json.dumps({"jvm": os.getpid(), "results": results}))
 '''
 
 
-def run_jvm(tmp_path: Path, steps: list, **env: str) -> dict:
-    (tmp_path / "probe_module.py").write_text(PROBE)
+def run_jvm(tmp_path: Path, steps: list, probe: str = PROBE, **env: str) -> dict:
+    (tmp_path / "probe_module.py").write_text(probe)
     environ = {**os.environ, fork_server.VARIABLE: "on", "PROBE_VALUE": "from-the-jvm",
                "PROBE_PID_FILE": str(tmp_path / "probe.pid"), **env}
     result = subprocess.run([sys.executable, "-c", JVM, LAUNCHER, json.dumps(steps)], cwd=tmp_path, env=environ,
@@ -126,6 +126,29 @@ def test_a_signal_to_the_launcher_reaches_its_child(tmp_path, signal_name, code)
     assert waited["code"] == code
     child = int((tmp_path / "probe.pid").read_text())
     assert child != waited["launcher"] and gone(child)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the fork server needs Linux's pidfds")
+def test_a_forked_printing_modules_progress_goes_to_the_log_as_in_the_launcher(tmp_path):
+    """transformWithState's pre-init process is both forked and one of the modules whose print()
+    goes to the log (streamstate.spark_python.PRINTING_MODULES): the probe, made one of them in
+    every process (the server is a process of its own, started by the first launcher), logs its
+    line at DEBUG and leaves standard output empty, run by the launcher and forked alike."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import streamstate.spark_python as p\np.PRINTING_MODULES = p.PRINTING_MODULES | {'probe_module'}\n")
+    probe = (
+        "import logging, os, sys\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format='%(name)s: %(message)s')\n"
+        "print('Starting the worker', os.getpid())\n"
+    )
+    ran = run_jvm(tmp_path, [("exit", 0, None), "wait for the server", ("exit", 0, None)], probe,
+                  PYTHONPATH=str(tmp_path))
+    itself, forked = ran["results"]
+    for run in (itself, forked):
+        assert run["code"] == 0 and run["out"] == "", run
+    assert f"probe_module: Starting the worker {itself['launcher']}" in itself["err"]
+    (line,) = [line for line in forked["err"].splitlines() if line.startswith("probe_module: Starting the worker ")]
+    assert int(line.rsplit(" ", 1)[1]) != forked["launcher"]
 
 
 def test_only_spark_one_off_modules_with_the_switch_on_are_forked():
