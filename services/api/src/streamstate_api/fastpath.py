@@ -32,7 +32,7 @@ from urllib.parse import unquote_plus
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamstate_api.context import ApiContext
-from streamstate_api.cursor import decode_cursor, well_formed
+from streamstate_api.cursor import BadCursor, decode_cursor
 from streamstate_api.routes.series import series_body
 from streamstate_api.routes.sessions import DEFAULT_LIMIT, MAX_LIMIT, page_body, session_body
 
@@ -110,8 +110,11 @@ def _listing_params(query: bytes) -> tuple[str | None, int, bool] | None:
                 limit = int(value)
             elif name == "active" and value in ("true", "false"):
                 active = value == "true"
-            elif name == "cursor" and well_formed(value):
-                after = decode_cursor(value) if value else None
+            elif name == "cursor":
+                try:
+                    after = decode_cursor(value) if value else None
+                except BadCursor:
+                    return None
             else:
                 return None
     return after, limit, active
