@@ -331,7 +331,7 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
     """The figures that share one embedded broker and one SparkSession."""
     from bench import anomalies_throughput, latency, production, sessions_throughput, transactions_cost, windows_throughput
     from bench.dataset import produce_metrics, produce_user_events
-    from bench.measure import connector_description
+    from bench.measure import connector_description, driver_heap_description
     from bench.phases import event_log_conf
     from streamstate_jobs.spark import build_spark
     from streamstate_pipeline.settings import Settings
@@ -371,6 +371,7 @@ def _measure(args: argparse.Namespace, workdir: Path) -> Run:
         try:
             if spark is not None:
                 run.doc["setup"]["kafka_connector"] = connector_description(spark)
+                run.doc["setup"]["driver_heap"] = driver_heap_description(spark)
             if spark is not None and needs_datasets:
                 run.doc["setup"]["warm_up_s"] = warm_up(spark, settings, workdir, events, points)
             run.figure("sessions", lambda: sessions_throughput.measure(spark, settings, events, workdir, args.runs))

@@ -53,6 +53,14 @@ def connector_description(spark=None) -> str:
     return text + (", V1 source)" if BUILTIN_PROVIDER in {c.strip() for c in disabled.split(",")} else ", V2 source)")
 
 
+def driver_heap_description(spark) -> str:
+    """The Spark JVM's heap: in local mode every engine's state, shuffle and collector share it,
+    and Spark's own queries are the ones a larger heap speeds most (docs/profile.md, 2026-12-07)."""
+    configured = spark.sparkContext.getConf().get("spark.driver.memory", None)
+    max_mib = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() // 2**20
+    return f"{configured or '1g (Spark default)'}, {max_mib:,} MiB usable"
+
+
 def fresh_outputs(settings: Settings, label: str) -> Settings:
     """A copy of ``settings`` whose output topics are new (2 partitions each), so runs never share outputs."""
     run_id = uuid.uuid4().hex[:6]

@@ -424,7 +424,8 @@ def markdown(doc: dict[str, Any]) -> str:
         _run_time(s),
         f"Broker: {s['broker']}. Spark: {s['spark_master']}, state partitions: {s['shuffle_partitions']}, "
         f"{s['state_store']} state store, {s['kafka_connector']}, checkpoints on {s['checkpoints']}"
-        + (f", Python processes {s['python_processes']}" if s.get("python_processes") else "") + "; "
+        + (f", Python processes {s['python_processes']}" if s.get("python_processes") else "")
+        + (f", the Spark JVM's heap {s['driver_heap']}" if s.get("driver_heap") else "") + "; "
         f"throughput runs: {s['throughput_trigger']}. "
         f"Input topics: {s['input_partitions']} partitions. Median of {s['runs_per_figure']} runs per figure; seed {s['seed']}.",
         "",

@@ -27,6 +27,22 @@ def test_the_header_names_the_jvm_options_or_says_there_were_none():
     assert java_description({"java": "openjdk"}) == "openjdk, the JVMs' default options"  # results from before the field
 
 
+def test_the_header_names_the_spark_jvms_heap_when_the_run_recorded_it():
+    """In local mode every engine's state, shuffle and collector share the one Spark JVM's heap,
+    and native `session_window` gains more from a larger one than the jobs do."""
+    from bench.report import markdown
+
+    machine = {"cores": 2, "platform": "Linux", "python": "3.11", "pyspark": "4.2.0", "java": "openjdk 17",
+               "load_average_at_start": [0.1, 0.1, 0.1]}
+    setup = {"broker": "Apache Kafka", "spark_master": "local[*]", "shuffle_partitions": 2, "state_store": "RocksDB",
+             "kafka_connector": "Spark's built-in connector", "checkpoints": "the local disk",
+             "throughput_trigger": "availableNow", "input_partitions": 4, "runs_per_figure": 3, "seed": 1}
+    doc = {"date": "2026-12-08", "machine": machine, "setup": setup, "figures": {}}
+    assert "heap" not in markdown(doc)  # results from before the field
+    header = markdown({**doc, "setup": {**setup, "driver_heap": "1g (Spark default), 1,024 MiB usable"}})
+    assert ", the Spark JVM's heap 1g (Spark default), 1,024 MiB usable;" in header
+
+
 def _throughput(rate: int, **stamps: str) -> dict:
     return {"sessions_job": {"median_rows_per_s": rate, "runs": [{"rows_per_s": rate}]}, **stamps}
 
